@@ -1,0 +1,1 @@
+//! ringmirror's control plane (placeholder crate boundary; see issue 5).

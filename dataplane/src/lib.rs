@@ -1,0 +1,12 @@
+//! ringmirror's data plane: the hot path from source bytes to the local log.
+//!
+//! * [`batch`] reads, validates and builds Kafka v2 record batches without
+//!   copying them.
+//! * [`log`] is the partition log in Kafka's on-disk format: segments,
+//!   indexes, leader-epoch cache, producer and transaction state, recovery.
+//!
+//! This crate never imports the control plane; the control plane drives it
+//! through the types exported here.
+
+pub mod batch;
+pub mod log;

@@ -1,0 +1,41 @@
+//! Per-log settings, named after Kafka's topic configs where one exists.
+
+/// Settings of one partition log. Defaults follow Kafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when the active segment would grow past this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll a non-empty segment this long after its first append.
+    pub segment_ms: u64,
+    /// `index.interval.bytes`: bytes between sparse index entries.
+    pub index_interval_bytes: u64,
+    /// `segment.index.bytes`: the most an offset or time index may hold.
+    pub segment_index_bytes: u64,
+    /// `flush.messages`: fsync after this many records (u64::MAX: never).
+    pub flush_messages: u64,
+    /// `flush.ms`: fsync when this long has passed since the last (u64::MAX: never).
+    pub flush_ms: u64,
+    /// The largest batch accepted (framing bound against lying lengths).
+    pub max_batch_bytes: u32,
+    /// Disk space reserved ahead of the write position with fallocate, so a
+    /// full disk is an error on reservation rather than a SIGBUS on write.
+    pub preallocate_bytes: u64,
+    /// Pages faulted in (MADV_POPULATE_WRITE) ahead of the write position.
+    pub prefault_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 * 1024 * 1024,
+            flush_messages: u64::MAX,
+            flush_ms: u64::MAX,
+            max_batch_bytes: 64 * 1024 * 1024,
+            preallocate_bytes: 16 * 1024 * 1024,
+            prefault_bytes: 8 * 1024 * 1024,
+        }
+    }
+}

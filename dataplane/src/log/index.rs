@@ -1,0 +1,323 @@
+//! Sparse offset and time indexes, memory-mapped like Kafka's.
+//!
+//! `.index`: entries of (relative offset u32, position u32), big-endian.
+//! `.timeindex`: entries of (timestamp i64, relative offset u32).
+//! While a segment is active its index files are preallocated to
+//! `segment.index.bytes` and mapped; sealing trims them to their entries, so
+//! on a clean start the entry count is the file size / entry size. After an
+//! unclean stop the indexes of re-validated segments are rebuilt.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use super::error::{LogError, Result};
+
+/// A file of fixed-size entries in a shared writable mapping.
+pub(crate) struct IndexFile<const N: usize> {
+    path: PathBuf,
+    file: File,
+    map: Option<MmapMut>,
+    entries: usize,
+    max_entries: usize,
+}
+
+impl<const N: usize> IndexFile<N> {
+    /// Opens (creating if missing) an index file. When `active`, the file is
+    /// grown to `max_bytes` for appends; the entry count comes from
+    /// `entries` if given (after rebuilding) or from the file size.
+    fn open(path: PathBuf, max_bytes: u64, active: bool, entries: Option<usize>) -> Result<(Self, bool)> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(LogError::io("open", &path))?;
+        let len = file.metadata().map_err(LogError::io("stat", &path))?.len();
+        let max_entries = (max_bytes as usize / N).max(1);
+        // A file whose size is not whole entries was not closed cleanly.
+        let consistent = len % N as u64 == 0;
+        let entries = entries.unwrap_or(if consistent { len as usize / N } else { 0 });
+        let mut index = Self { path, file, map: None, entries, max_entries: max_entries.max(entries) };
+        if active {
+            index.make_active()?;
+        } else {
+            index.file.set_len((entries * N) as u64).map_err(LogError::io("truncate", &index.path))?;
+            index.remap((entries * N) as u64)?;
+        }
+        Ok((index, consistent))
+    }
+
+    fn remap(&mut self, len: u64) -> Result<()> {
+        self.map = None;
+        if len > 0 {
+            // SAFETY: the file is owned by this log and only modified through
+            // this mapping; nothing truncates it while it is mapped.
+            let map = unsafe { MmapOptions::new().len(len as usize).map_mut(&self.file) }
+                .map_err(LogError::io("mmap", &self.path))?;
+            self.map = Some(map);
+        }
+        Ok(())
+    }
+
+    /// Grows the file to its maximum and maps it for appends.
+    fn make_active(&mut self) -> Result<()> {
+        let len = (self.max_entries * N) as u64;
+        self.file.set_len(len).map_err(LogError::io("extend", &self.path))?;
+        self.remap(len)
+    }
+
+    /// Trims the file to its entries and flushes it (segment sealed or log closed).
+    fn seal(&mut self) -> Result<()> {
+        self.flush()?;
+        let len = (self.entries * N) as u64;
+        self.map = None;
+        self.file.set_len(len).map_err(LogError::io("trim", &self.path))?;
+        self.remap(len)
+    }
+
+    fn flush(&self) -> Result<()> {
+        if let Some(map) = &self.map {
+            map.flush_range(0, self.entries * N).map_err(LogError::io("msync", &self.path))?;
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.entries
+    }
+
+    fn is_full(&self) -> bool {
+        self.entries >= self.max_entries
+    }
+
+    fn entry(&self, i: usize) -> &[u8] {
+        let map = self.map.as_ref().expect("an index with entries is mapped");
+        &map[i * N..(i + 1) * N]
+    }
+
+    fn push(&mut self, entry: [u8; N]) -> Result<()> {
+        assert!(!self.is_full(), "index {} is full: the segment must roll first", self.path.display());
+        let at = self.entries * N;
+        if self.map.as_ref().is_none_or(|m| m.len() < at + N) {
+            self.make_active()?;
+        }
+        let map = self.map.as_mut().expect("an active index is mapped");
+        map[at..at + N].copy_from_slice(&entry);
+        self.entries += 1;
+        Ok(())
+    }
+
+    fn truncate_entries(&mut self, entries: usize) {
+        self.entries = self.entries.min(entries);
+    }
+
+    /// Index of the last entry for which `le(entry)` holds, entries being
+    /// sorted so that `le` is true for a prefix.
+    fn last_where(&self, le: impl Fn(&[u8]) -> bool) -> Option<usize> {
+        let (mut lo, mut hi) = (0usize, self.entries);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if le(self.entry(mid)) { lo = mid + 1 } else { hi = mid }
+        }
+        lo.checked_sub(1)
+    }
+
+    fn delete(self) -> Result<()> {
+        let path = self.path.clone();
+        drop(self);
+        super::files::remove_if_exists(&path)
+    }
+}
+
+fn rel(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"))
+}
+
+/// `.index`: relative offset → byte position of a batch in the segment.
+pub(crate) struct OffsetIndex {
+    base_offset: i64,
+    file: IndexFile<8>,
+}
+
+impl OffsetIndex {
+    pub(crate) fn open(path: &Path, base_offset: i64, max_bytes: u64, active: bool, rebuild: bool) -> Result<(Self, bool)> {
+        let (file, ok) = IndexFile::open(path.to_owned(), max_bytes, active, rebuild.then_some(0))?;
+        Ok((Self { base_offset, file }, ok))
+    }
+
+    pub(crate) fn append(&mut self, offset: i64, position: u32) -> Result<()> {
+        let relative = u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
+        let mut entry = [0u8; 8];
+        entry[..4].copy_from_slice(&relative.to_be_bytes());
+        entry[4..].copy_from_slice(&position.to_be_bytes());
+        self.file.push(entry)
+    }
+
+    fn at(&self, i: usize) -> (i64, u32) {
+        let e = self.file.entry(i);
+        (self.base_offset + i64::from(rel(e)), rel(&e[4..]))
+    }
+
+    /// The entry with the largest offset ≤ `offset`, or (base, 0).
+    pub(crate) fn lookup(&self, offset: i64) -> (i64, u32) {
+        let target = offset - self.base_offset;
+        match self.file.last_where(|e| i64::from(rel(e)) <= target) {
+            Some(i) => self.at(i),
+            None => (self.base_offset, 0),
+        }
+    }
+
+    pub(crate) fn last_entry(&self) -> Option<(i64, u32)> {
+        self.file.len().checked_sub(1).map(|i| self.at(i))
+    }
+
+    /// Drops entries at or past byte `position`.
+    pub(crate) fn truncate_to_position(&mut self, position: u32) {
+        let keep = self.file.last_where(|e| rel(&e[4..]) < position).map_or(0, |i| i + 1);
+        self.file.truncate_entries(keep);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.file.truncate_entries(0);
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.file.len()
+    }
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.file.seal()
+    }
+    pub(crate) fn make_active(&mut self) -> Result<()> {
+        self.file.make_active()
+    }
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.file.flush()
+    }
+    pub(crate) fn delete(self) -> Result<()> {
+        self.file.delete()
+    }
+}
+
+/// `.timeindex`: timestamp → relative offset, with timestamps increasing.
+pub(crate) struct TimeIndex {
+    base_offset: i64,
+    file: IndexFile<12>,
+}
+
+impl TimeIndex {
+    pub(crate) fn open(path: &Path, base_offset: i64, max_bytes: u64, active: bool, rebuild: bool) -> Result<(Self, bool)> {
+        let (file, ok) = IndexFile::open(path.to_owned(), max_bytes, active, rebuild.then_some(0))?;
+        Ok((Self { base_offset, file }, ok))
+    }
+
+    fn at(&self, i: usize) -> (i64, i64) {
+        let e = self.file.entry(i);
+        (i64::from_be_bytes(e[..8].try_into().expect("8 bytes")), self.base_offset + i64::from(rel(&e[8..])))
+    }
+
+    pub(crate) fn last_entry(&self) -> Option<(i64, i64)> {
+        self.file.len().checked_sub(1).map(|i| self.at(i))
+    }
+
+    /// Appends (timestamp, offset) if it moves the index forward, as Kafka's
+    /// `TimeIndex.maybeAppend`.
+    pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) -> Result<()> {
+        if self.file.is_full() || timestamp < 0 {
+            return Ok(());
+        }
+        if let Some((last_ts, last_offset)) = self.last_entry()
+            && (timestamp <= last_ts || offset <= last_offset)
+        {
+            return Ok(());
+        }
+        let relative = u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
+        let mut entry = [0u8; 12];
+        entry[..8].copy_from_slice(&timestamp.to_be_bytes());
+        entry[8..].copy_from_slice(&relative.to_be_bytes());
+        self.file.push(entry)
+    }
+
+    /// The offset of the entry with the largest timestamp ≤ `timestamp`
+    /// (where a scan for that timestamp may start), or the base offset.
+    pub(crate) fn lookup(&self, timestamp: i64) -> i64 {
+        match self.file.last_where(|e| i64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= timestamp) {
+            Some(i) => self.at(i).1,
+            None => self.base_offset,
+        }
+    }
+
+    /// Drops entries for offsets ≥ `offset`.
+    pub(crate) fn truncate_to_offset(&mut self, offset: i64) {
+        let target = offset - self.base_offset;
+        let keep = self.file.last_where(|e| i64::from(rel(&e[8..])) < target).map_or(0, |i| i + 1);
+        self.file.truncate_entries(keep);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.file.truncate_entries(0);
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.file.seal()
+    }
+    pub(crate) fn make_active(&mut self) -> Result<()> {
+        self.file.make_active()
+    }
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.file.flush()
+    }
+    pub(crate) fn delete(self) -> Result<()> {
+        self.file.delete()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_index_lookup_finds_floor_entry_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000100.index");
+        let (mut idx, _) = OffsetIndex::open(&path, 100, 4096, true, false).unwrap();
+        for (i, pos) in [(110, 4100u32), (130, 8300), (170, 12500)] {
+            idx.append(i, pos).unwrap();
+        }
+        assert_eq!(idx.lookup(99), (100, 0));
+        assert_eq!(idx.lookup(100), (100, 0));
+        assert_eq!(idx.lookup(129), (110, 4100));
+        assert_eq!(idx.lookup(130), (130, 8300));
+        assert_eq!(idx.lookup(1000), (170, 12500));
+        idx.seal().unwrap();
+        drop(idx);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 24);
+        let (mut idx, ok) = OffsetIndex::open(&path, 100, 4096, false, false).unwrap();
+        assert!(ok);
+        assert_eq!(idx.entries(), 3);
+        idx.truncate_to_position(8300);
+        assert_eq!(idx.last_entry(), Some((110, 4100)));
+    }
+
+    #[test]
+    fn time_index_only_moves_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.timeindex");
+        let (mut idx, _) = TimeIndex::open(&path, 0, 4096, true, false).unwrap();
+        idx.maybe_append(1000, 5).unwrap();
+        idx.maybe_append(900, 9).unwrap();
+        idx.maybe_append(2000, 12).unwrap();
+        assert_eq!(idx.last_entry(), Some((2000, 12)));
+        assert_eq!(idx.lookup(999), 0);
+        assert_eq!(idx.lookup(1500), 5);
+        idx.truncate_to_offset(12);
+        assert_eq!(idx.last_entry(), Some((1000, 5)));
+    }
+}

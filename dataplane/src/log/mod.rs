@@ -1,0 +1,34 @@
+//! The partition log, in Kafka's on-disk format so that Kafka's own tools
+//! can read what we write.
+//!
+//! A partition directory `<topic>-<partition>/` holds segments named by base
+//! offset (`<20 digits>.log`, `.index`, `.timeindex`, `.txnindex`), producer
+//! snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint` and
+//! `partition.metadata`. The data directory holds
+//! `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and the
+//! clean-shutdown marker ([`LogDir`]).
+//!
+//! Invariants kept here: batches are stored exactly as given, at their own
+//! offsets; offsets strictly increase across the log; the log end offset is
+//! the offset after the last whole batch; nothing below the log start offset
+//! is served; after a crash only the longest valid prefix survives.
+
+mod checkpoint;
+mod config;
+mod epoch_cache;
+mod error;
+mod files;
+mod index;
+mod log_dir;
+mod partition_log;
+mod producer_state;
+mod segment;
+mod txn_index;
+
+pub use config::LogConfig;
+pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
+pub use error::LogError;
+pub use log_dir::{LogDir, TopicPartition};
+pub use partition_log::{AppendInfo, OpenOptions, PartitionLog, ReadSlice, RecoveryReport, TimestampOffset};
+pub use producer_state::{ProducerEntry, ProducerState};
+pub use txn_index::AbortedTxn;

@@ -1,0 +1,307 @@
+//! Producer and transaction state of one partition, rebuilt from batch
+//! headers: the last epoch/sequence/offset per producer id, the ongoing
+//! transactions (which bound the last stable offset), and completed aborts
+//! (which go to `.txnindex`). A MIRROR_PID_RESET control record clears all of
+//! it, on append and on recovery alike.
+//!
+//! Snapshots use Kafka's `<offset>.snapshot` format (version 1): version i16,
+//! crc u32 (CRC32C of the rest), then an array of (producer id i64, epoch
+//! i16, last sequence i32, last offset i64, offset delta i32, timestamp i64,
+//! coordinator epoch i32, current txn first offset i64 or -1).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use crate::batch::{ControlRecord, ControlType, NO_PRODUCER_ID, RecordBatch};
+
+use super::error::{LogError, Result};
+use super::files::{SNAPSHOT_SUFFIX, list_offset_files, offset_file, remove_if_exists, write_atomically};
+use super::txn_index::AbortedTxn;
+
+const SNAPSHOT_VERSION: i16 = 1;
+const SNAPSHOT_ENTRY_BYTES: usize = 8 + 2 + 4 + 8 + 4 + 8 + 4 + 8;
+
+/// What the log knows of one producer id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerEntry {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub last_sequence: i32,
+    pub last_offset: i64,
+    pub offset_delta: i32,
+    pub last_timestamp: i64,
+    pub coordinator_epoch: i32,
+    /// First offset of the producer's open transaction.
+    pub current_txn_first_offset: Option<i64>,
+}
+
+/// The header fields of a batch that producer state needs, copied out so
+/// the batch's bytes need not stay borrowed while state changes.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchFacts {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub last_sequence: i32,
+    pub last_offset_delta: i32,
+    pub transactional: bool,
+    pub control: Option<ControlRecord>,
+}
+
+impl BatchFacts {
+    pub(crate) fn of<B: AsRef<[u8]>>(batch: &RecordBatch<B>) -> Self {
+        let control = if batch.is_control() {
+            match ControlRecord::decode(batch) {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    tracing::warn!(error = %e, "control batch with an unreadable record; treating it as unknown");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            base_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+            max_timestamp: batch.max_timestamp(),
+            producer_id: batch.producer_id(),
+            producer_epoch: batch.producer_epoch(),
+            last_sequence: batch.last_sequence(),
+            last_offset_delta: batch.last_offset_delta(),
+            transactional: batch.is_transactional(),
+            control,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ProducerState {
+    producers: HashMap<i64, ProducerEntry>,
+    /// Ongoing transactions: first offset → producer id.
+    ongoing: BTreeMap<i64, i64>,
+}
+
+impl ProducerState {
+    pub fn producers(&self) -> impl Iterator<Item = &ProducerEntry> {
+        self.producers.values()
+    }
+
+    pub fn producer(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    /// Producer ids with an open transaction, by first offset.
+    pub fn ongoing_transactions(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().map(|(&first, &pid)| (pid, first))
+    }
+
+    /// The first offset of the oldest open transaction.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.producers.clear();
+        self.ongoing.clear();
+    }
+
+    /// Applies one batch. Returns the aborted transaction that an ABORT
+    /// marker completed, for the transaction index.
+    pub(crate) fn apply(&mut self, b: &BatchFacts) -> Option<AbortedTxn> {
+        if let Some(control) = &b.control
+            && control.control_type == ControlType::MirrorPidReset
+        {
+            self.clear();
+            return None;
+        }
+        if b.producer_id == NO_PRODUCER_ID {
+            return None;
+        }
+        let entry = self.producers.entry(b.producer_id).or_insert(ProducerEntry {
+            producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
+            last_sequence: -1,
+            last_offset: -1,
+            offset_delta: 0,
+            last_timestamp: -1,
+            coordinator_epoch: -1,
+            current_txn_first_offset: None,
+        });
+        entry.producer_epoch = b.producer_epoch;
+        entry.last_timestamp = b.max_timestamp;
+        match &b.control {
+            Some(control) if matches!(control.control_type, ControlType::Abort | ControlType::Commit) => {
+                if let Some(epoch) = control.coordinator_epoch {
+                    entry.coordinator_epoch = epoch;
+                }
+                let first_offset = entry.current_txn_first_offset.take()?;
+                self.ongoing.remove(&first_offset);
+                (control.control_type == ControlType::Abort).then(|| AbortedTxn {
+                    producer_id: b.producer_id,
+                    first_offset,
+                    last_offset: b.last_offset,
+                    last_stable_offset: self.first_unstable_offset().unwrap_or(b.last_offset + 1),
+                })
+            }
+            Some(_) => None,
+            None => {
+                entry.last_sequence = b.last_sequence;
+                entry.last_offset = b.last_offset;
+                entry.offset_delta = b.last_offset_delta;
+                if b.transactional && entry.current_txn_first_offset.is_none() {
+                    entry.current_txn_first_offset = Some(b.base_offset);
+                    self.ongoing.insert(b.base_offset, b.producer_id);
+                }
+                None
+            }
+        }
+    }
+
+    pub(crate) fn encode_snapshot(&self) -> Vec<u8> {
+        let mut entries: Vec<&ProducerEntry> = self.producers.values().collect();
+        entries.sort_by_key(|e| e.producer_id);
+        let mut out = Vec::with_capacity(10 + entries.len() * SNAPSHOT_ENTRY_BYTES);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&(entries.len() as i32).to_be_bytes());
+        for e in entries {
+            out.extend_from_slice(&e.producer_id.to_be_bytes());
+            out.extend_from_slice(&e.producer_epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_sequence.to_be_bytes());
+            out.extend_from_slice(&e.last_offset.to_be_bytes());
+            out.extend_from_slice(&e.offset_delta.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&out[6..]);
+        out[2..6].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    pub(crate) fn decode_snapshot(bytes: &[u8]) -> std::result::Result<Self, String> {
+        if bytes.len() < 10 {
+            return Err("shorter than its header".into());
+        }
+        let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("unsupported version {version}"));
+        }
+        let stored = u32::from_be_bytes(bytes[2..6].try_into().expect("4 bytes"));
+        if stored != crc32c::crc32c(&bytes[6..]) {
+            return Err("CRC mismatch".into());
+        }
+        let count = i32::from_be_bytes(bytes[6..10].try_into().expect("4 bytes"));
+        let entries = &bytes[10..];
+        if count < 0 || entries.len() != count as usize * SNAPSHOT_ENTRY_BYTES {
+            return Err(format!("entry count {count} does not match {} bytes", entries.len()));
+        }
+        let mut state = Self::default();
+        for e in entries.chunks_exact(SNAPSHOT_ENTRY_BYTES) {
+            let i64_at = |at: usize| i64::from_be_bytes(e[at..at + 8].try_into().expect("8 bytes"));
+            let i32_at = |at: usize| i32::from_be_bytes(e[at..at + 4].try_into().expect("4 bytes"));
+            let txn_first = i64_at(42);
+            let entry = ProducerEntry {
+                producer_id: i64_at(0),
+                producer_epoch: i16::from_be_bytes([e[8], e[9]]),
+                last_sequence: i32_at(10),
+                last_offset: i64_at(14),
+                offset_delta: i32_at(22),
+                last_timestamp: i64_at(26),
+                coordinator_epoch: i32_at(34),
+                current_txn_first_offset: (txn_first >= 0).then_some(txn_first),
+            };
+            if let Some(first) = entry.current_txn_first_offset {
+                state.ongoing.insert(first, entry.producer_id);
+            }
+            state.producers.insert(entry.producer_id, entry);
+        }
+        Ok(state)
+    }
+
+    /// Writes `<offset>.snapshot` durably.
+    pub(crate) fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<()> {
+        write_atomically(&offset_file(dir, offset, SNAPSHOT_SUFFIX), &self.encode_snapshot())
+    }
+
+    /// Loads the newest readable snapshot at or below `max_offset`, deleting
+    /// corrupt ones on the way. Returns its offset and state.
+    pub(crate) fn load_latest_snapshot(dir: &Path, max_offset: i64) -> Result<Option<(i64, Self)>> {
+        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?.into_iter().rev().filter(|&o| o <= max_offset) {
+            let path = offset_file(dir, offset, SNAPSHOT_SUFFIX);
+            let bytes = std::fs::read(&path).map_err(LogError::io("read", &path))?;
+            match Self::decode_snapshot(&bytes) {
+                Ok(state) => return Ok(Some((offset, state))),
+                Err(reason) => {
+                    tracing::warn!(path = %path.display(), reason, "deleting unreadable producer snapshot");
+                    remove_if_exists(&path)?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes snapshots at offsets for which `doomed` holds.
+    pub(crate) fn delete_snapshots(dir: &Path, doomed: impl Fn(i64) -> bool) -> Result<()> {
+        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?.into_iter().filter(|&o| doomed(o)) {
+            remove_if_exists(&offset_file(dir, offset, SNAPSHOT_SUFFIX))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(base: i64, last: i64, pid: i64, txn: bool, control: Option<ControlType>) -> BatchFacts {
+        BatchFacts {
+            base_offset: base,
+            last_offset: last,
+            max_timestamp: 0,
+            producer_id: pid,
+            producer_epoch: 0,
+            last_sequence: (last - base) as i32,
+            last_offset_delta: (last - base) as i32,
+            transactional: txn,
+            control: control.map(|t| ControlRecord {
+                key_version: 0,
+                control_type: t,
+                coordinator_epoch: Some(3),
+                source_cluster_id: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn abort_completes_transaction_with_kafka_last_stable_offset() {
+        let mut s = ProducerState::default();
+        assert_eq!(s.apply(&facts(0, 4, 1, true, None)), None);
+        assert_eq!(s.apply(&facts(5, 9, 2, true, None)), None);
+        assert_eq!(s.first_unstable_offset(), Some(0));
+        let aborted = s.apply(&facts(10, 10, 1, true, Some(ControlType::Abort))).unwrap();
+        assert_eq!(aborted, AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 10, last_stable_offset: 5 });
+        assert_eq!(s.first_unstable_offset(), Some(5));
+        assert_eq!(s.apply(&facts(11, 11, 2, true, Some(ControlType::Commit))), None);
+        assert_eq!(s.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn mirror_pid_reset_clears_everything_and_snapshots_round_trip() {
+        let mut s = ProducerState::default();
+        s.apply(&facts(0, 4, 1, true, None));
+        s.apply(&facts(5, 9, 2, false, None));
+        let decoded = ProducerState::decode_snapshot(&s.encode_snapshot()).unwrap();
+        assert_eq!(decoded, s);
+        let mut corrupt = s.encode_snapshot();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 1;
+        assert!(ProducerState::decode_snapshot(&corrupt).is_err());
+        s.apply(&facts(10, 10, NO_PRODUCER_ID, false, Some(ControlType::MirrorPidReset)));
+        assert_eq!(s.producers().count(), 0);
+        assert_eq!(s.first_unstable_offset(), None);
+    }
+}

@@ -1,0 +1,447 @@
+//! One log segment: `<base>.log` and its `.index`, `.timeindex`, `.txnindex`.
+//!
+//! The active segment's file is mapped writable at a fixed length of
+//! `segment.bytes + max batch`; disk space is reserved ahead of the write
+//! position with `fallocate` (so a full disk is an `ENOSPC` from a syscall,
+//! never a SIGBUS from a store into the mapping) and page tables are
+//! populated ahead with `MADV_POPULATE_WRITE` (so appends do not stall on
+//! page faults). Sealed segments are trimmed to their data and mapped
+//! read-only. Only `size` bytes of whole, committed batches are ever read.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::{Mmap, MmapMut, MmapOptions};
+
+use crate::batch::{BatchIter, RecordBatch};
+
+use super::config::LogConfig;
+use super::error::{LogError, Result};
+use super::files::{INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file, remove_if_exists};
+use super::index::{OffsetIndex, TimeIndex};
+use super::txn_index::TxnIndex;
+
+const PAGE_BYTES: u64 = 4096;
+
+enum SegmentData {
+    Active { map: MmapMut, allocated: u64, populated: u64 },
+    Sealed { map: Option<Mmap> },
+}
+
+pub(crate) struct Segment {
+    pub(crate) base_offset: i64,
+    log_path: PathBuf,
+    file: Arc<File>,
+    data: SegmentData,
+    /// Bytes of whole committed batches.
+    size: u64,
+    flushed_size: u64,
+    pub(crate) index: OffsetIndex,
+    pub(crate) time_index: TimeIndex,
+    pub(crate) txn_index: TxnIndex,
+    bytes_since_index: u64,
+    /// Largest batch max-timestamp in the segment and the batch's last offset.
+    pub(crate) max_timestamp: i64,
+    pub(crate) offset_of_max_timestamp: i64,
+    /// Offset after the segment's last batch (its base offset when empty).
+    pub(crate) next_offset: i64,
+    /// Wall-clock time of the first append since this process opened it.
+    pub(crate) first_append_ms: Option<u64>,
+}
+
+fn page_round_up(n: u64) -> u64 {
+    n.div_ceil(PAGE_BYTES) * PAGE_BYTES
+}
+
+impl Segment {
+    fn map_len(config: &LogConfig, at_least: u64) -> u64 {
+        page_round_up((config.segment_bytes + u64::from(config.max_batch_bytes)).max(at_least))
+    }
+
+    /// Opens (or creates, when missing) the segment at `base_offset`. When
+    /// `writable` it becomes the active segment; `rebuild_indexes` starts its
+    /// indexes empty for recovery to refill. Returns whether the index files
+    /// looked consistent (whole entries).
+    pub(crate) fn open(dir: &Path, base_offset: i64, config: &LogConfig, writable: bool, rebuild_indexes: bool) -> Result<(Self, bool)> {
+        let log_path = offset_file(dir, base_offset, LOG_SUFFIX);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&log_path)
+            .map_err(LogError::io("open", &log_path))?;
+        let file_len = file.metadata().map_err(LogError::io("stat", &log_path))?.len();
+        let index_mode = writable || rebuild_indexes;
+        let (index, index_ok) = OffsetIndex::open(
+            &offset_file(dir, base_offset, INDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+            index_mode,
+            rebuild_indexes,
+        )?;
+        let (time_index, time_ok) = TimeIndex::open(
+            &offset_file(dir, base_offset, TIME_INDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+            index_mode,
+            rebuild_indexes,
+        )?;
+        let txn_index = TxnIndex::open(offset_file(dir, base_offset, TXN_INDEX_SUFFIX))?;
+        let mut segment = Self {
+            base_offset,
+            log_path,
+            file: Arc::new(file),
+            data: SegmentData::Sealed { map: None },
+            size: file_len,
+            flushed_size: file_len,
+            index,
+            time_index,
+            txn_index,
+            bytes_since_index: 0,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            next_offset: base_offset,
+            first_append_ms: None,
+        };
+        if let Some((ts, offset)) = segment.time_index.last_entry() {
+            segment.max_timestamp = ts;
+            segment.offset_of_max_timestamp = offset;
+        }
+        if writable {
+            segment.map_active(config, file_len)?;
+        } else {
+            segment.map_sealed(file_len)?;
+        }
+        Ok((segment, index_ok && time_ok))
+    }
+
+    fn map_active(&mut self, config: &LogConfig, allocated: u64) -> Result<()> {
+        let len = Self::map_len(config, allocated);
+        self.data = SegmentData::Sealed { map: None };
+        // SAFETY: the file belongs to this segment; it is only written through
+        // this mapping, and never shrunk below `allocated` while mapped.
+        let map = unsafe { MmapOptions::new().len(len as usize).map_mut(&*self.file) }
+            .map_err(LogError::io("mmap", &self.log_path))?;
+        let populated = allocated - allocated % PAGE_BYTES;
+        self.data = SegmentData::Active { map, allocated, populated };
+        Ok(())
+    }
+
+    fn map_sealed(&mut self, len: u64) -> Result<()> {
+        self.data = SegmentData::Sealed { map: None };
+        if len > 0 {
+            // SAFETY: sealed segments are not written; truncation remaps first.
+            let map = unsafe { MmapOptions::new().len(len as usize).map(&*self.file) }
+                .map_err(LogError::io("mmap", &self.log_path))?;
+            self.data = SegmentData::Sealed { map: Some(map) };
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        matches!(self.data, SegmentData::Active { .. })
+    }
+
+    /// Every byte of the file as opened (recovery scans beyond `size`).
+    pub(crate) fn file_bytes(&self) -> &[u8] {
+        match &self.data {
+            SegmentData::Active { map, allocated, .. } => &map[..*allocated as usize],
+            SegmentData::Sealed { map } => map.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// The committed bytes: whole batches only.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.file_bytes()[..self.size as usize]
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes of the file in [from, to), committed or not (the received tail).
+    pub(crate) fn bytes_range(&self, from: u64, to: u64) -> &[u8] {
+        &self.file_bytes()[from as usize..to as usize]
+    }
+
+    pub(crate) fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Reserves and pre-faults room for `len` more bytes and returns them.
+    pub(crate) fn tail_mut(&mut self, len: usize, config: &LogConfig) -> Result<&mut [u8]> {
+        let end = self.size + len as u64;
+        let needs_remap = matches!(&self.data, SegmentData::Active { map, .. } if end > map.len() as u64);
+        if needs_remap {
+            let allocated = match self.data {
+                SegmentData::Active { allocated, .. } => allocated,
+                SegmentData::Sealed { .. } => unreachable!("checked active above"),
+            };
+            let mut bigger = config.clone();
+            bigger.segment_bytes = end;
+            self.map_active(&bigger, allocated)?;
+        }
+        let SegmentData::Active { map, allocated, populated } = &mut self.data else {
+            panic!("tail_mut on sealed segment {}", self.log_path.display());
+        };
+        let map_len = map.len() as u64;
+        if end > *allocated {
+            let target = page_round_up(end.max(*allocated + config.preallocate_bytes)).min(map_len);
+            reserve(&self.file, &self.log_path, *allocated, target)?;
+            *allocated = target;
+        }
+        if end > *populated {
+            let target = page_round_up(end.max(*populated + config.prefault_bytes)).min(*allocated);
+            populate(map, *populated, target);
+            *populated = target - target % PAGE_BYTES;
+        }
+        Ok(&mut map[self.size as usize..end as usize])
+    }
+
+    /// Records a batch written at `position` (== size) into the index files.
+    /// Follows Kafka's `LogSegment.append`: an index entry (batch last
+    /// offset, batch position) once more than `index.interval.bytes` have
+    /// gone by, and a time-index entry for the max timestamp so far.
+    pub(crate) fn on_batch_committed(&mut self, batch_bytes: u64, last_offset: i64, max_timestamp: i64, config: &LogConfig) -> Result<()> {
+        debug_assert!(last_offset - self.base_offset <= i64::from(i32::MAX));
+        let position = self.size;
+        if max_timestamp > self.max_timestamp {
+            self.max_timestamp = max_timestamp;
+            self.offset_of_max_timestamp = last_offset;
+        }
+        if self.bytes_since_index > config.index_interval_bytes {
+            self.index.append(last_offset, position as u32)?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += batch_bytes;
+        self.size += batch_bytes;
+        self.next_offset = last_offset + 1;
+        Ok(())
+    }
+
+    /// Whether a batch of `batch_bytes` ending at `last_offset` must go to a
+    /// new segment.
+    pub(crate) fn should_roll(&self, batch_bytes: u64, last_offset: i64, now_ms: u64, config: &LogConfig) -> bool {
+        if self.size == 0 {
+            return last_offset - self.base_offset > i64::from(i32::MAX);
+        }
+        self.size + batch_bytes > config.segment_bytes
+            || self.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+            || self.index.is_full()
+            || self.time_index.is_full()
+            || last_offset - self.base_offset > i64::from(i32::MAX)
+    }
+
+    /// Walks the committed tail from the last index entry to the file end.
+    /// Returns false unless it lands exactly on the end with sane framing;
+    /// on success sets `next_offset` and the max timestamp.
+    pub(crate) fn check_tail(&mut self, max_batch_bytes: u32) -> bool {
+        let start = self.index.last_entry().map_or(0, |(_, pos)| pos as usize);
+        let bytes = self.bytes();
+        if start > bytes.len() {
+            return false;
+        }
+        let mut iter = BatchIter::new(&bytes[start..], max_batch_bytes);
+        let mut tail = None;
+        let mut max_ts = (self.max_timestamp, self.offset_of_max_timestamp);
+        for item in iter.by_ref() {
+            let Ok((_, batch)) = item else { return false };
+            if batch.max_timestamp() > max_ts.0 {
+                max_ts = (batch.max_timestamp(), batch.last_offset());
+            }
+            tail = Some(batch.next_offset());
+        }
+        if iter.position() != bytes.len() - start {
+            return false;
+        }
+        if let Some(next) = tail {
+            self.next_offset = next;
+        }
+        (self.max_timestamp, self.offset_of_max_timestamp) = max_ts;
+        true
+    }
+
+    /// Position of the first batch whose last offset is ≥ `offset`.
+    pub(crate) fn find_position(&self, offset: i64, max_batch_bytes: u32) -> Result<Option<u64>> {
+        let (_, start) = self.index.lookup(offset);
+        let bytes = self.bytes();
+        let start = (start as usize).min(bytes.len());
+        for item in BatchIter::new(&bytes[start..], max_batch_bytes) {
+            let (pos, batch) = item?;
+            if batch.last_offset() >= offset {
+                return Ok(Some((start + pos) as u64));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The batches from `position`, as many whole ones as fit `max_bytes`
+    /// (at least one, as Kafka's "min one message"). Returns the length.
+    pub(crate) fn whole_batches_len(&self, position: u64, max_bytes: usize, max_batch_bytes: u32) -> Result<usize> {
+        let mut len = 0;
+        for item in BatchIter::new(&self.bytes()[position as usize..], max_batch_bytes) {
+            let (_, batch) = item?;
+            if len > 0 && len + batch.size_bytes() > max_bytes {
+                break;
+            }
+            len += batch.size_bytes();
+        }
+        Ok(len)
+    }
+
+    /// The batch at `position`, which may lie in the received but not yet
+    /// committed tail.
+    pub(crate) fn batch_at(&self, position: u64) -> Result<RecordBatch<&[u8]>> {
+        let bytes = &self.file_bytes()[position as usize..];
+        match BatchIter::new(bytes, u32::MAX >> 1).next() {
+            Some(item) => Ok(item?.1),
+            None => Err(LogError::PartialBatch { position: position as usize }),
+        }
+    }
+
+    /// Forgets everything after byte `position`: the file (if sealed),
+    /// indexes, transaction index entries and timestamps are cut back.
+    pub(crate) fn truncate_to_position(&mut self, position: u64, max_batch_bytes: u32) -> Result<()> {
+        assert!(position <= self.file_bytes().len() as u64);
+        self.size = position;
+        self.flushed_size = self.flushed_size.min(position);
+        self.index.truncate_to_position(position as u32);
+        // Recompute what depends on the last kept batch.
+        let mut next_offset = self.base_offset;
+        let mut max_ts = (-1, -1);
+        let mut last_start = 0;
+        for item in BatchIter::new(self.bytes(), max_batch_bytes) {
+            let (pos, batch) = item?;
+            last_start = pos;
+            next_offset = batch.next_offset();
+            if batch.max_timestamp() > max_ts.0 {
+                max_ts = (batch.max_timestamp(), batch.last_offset());
+            }
+        }
+        self.next_offset = next_offset;
+        (self.max_timestamp, self.offset_of_max_timestamp) = max_ts;
+        self.time_index.truncate_to_offset(self.next_offset);
+        self.txn_index.truncate_to(self.next_offset)?;
+        self.bytes_since_index = (position - self.index.last_entry().map_or(0, |(_, p)| u64::from(p)))
+            .min(position - last_start as u64);
+        if !self.is_active() {
+            self.file.set_len(position).map_err(LogError::io("truncate", &self.log_path))?;
+            self.map_sealed(position)?;
+        }
+        Ok(())
+    }
+
+    /// Empties the indexes so recovery can rebuild them batch by batch.
+    pub(crate) fn reset_for_rebuild(&mut self) -> Result<()> {
+        self.index.clear();
+        self.time_index.clear();
+        self.txn_index.clear()?;
+        self.size = 0;
+        self.flushed_size = 0;
+        self.bytes_since_index = 0;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.next_offset = self.base_offset;
+        Ok(())
+    }
+
+    /// Writes committed data and indexes to disk.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        if let SegmentData::Active { map, .. } = &self.data
+            && self.size > self.flushed_size
+        {
+            let from = self.flushed_size - self.flushed_size % PAGE_BYTES;
+            map.flush_range(from as usize, (self.size - from) as usize)
+                .map_err(LogError::io("msync", &self.log_path))?;
+        }
+        self.index.flush()?;
+        self.time_index.flush()?;
+        self.txn_index.flush()?;
+        self.flushed_size = self.size;
+        Ok(())
+    }
+
+    /// Makes this segment read-only: final time-index entry, flush, trim the
+    /// file and index files to their contents.
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+        self.flush()?;
+        if let SegmentData::Active { .. } = self.data {
+            self.data = SegmentData::Sealed { map: None };
+        }
+        let file_len = self.file.metadata().map_err(LogError::io("stat", &self.log_path))?.len();
+        if file_len != self.size {
+            self.file.set_len(self.size).map_err(LogError::io("trim", &self.log_path))?;
+            self.file.sync_all().map_err(LogError::io("fsync", &self.log_path))?;
+        }
+        self.map_sealed(self.size)?;
+        self.index.seal()?;
+        self.time_index.seal()
+    }
+
+    /// Turns a sealed segment (the last one left after truncation or
+    /// recovery) back into the active one.
+    pub(crate) fn make_active(&mut self, config: &LogConfig) -> Result<()> {
+        if self.is_active() {
+            return Ok(());
+        }
+        self.index.make_active()?;
+        self.time_index.make_active()?;
+        let file_len = self.file.metadata().map_err(LogError::io("stat", &self.log_path))?.len();
+        self.map_active(config, file_len)?;
+        let bytes_after_index = self.size - self.index.last_entry().map_or(0, |(_, p)| u64::from(p));
+        self.bytes_since_index = bytes_after_index;
+        Ok(())
+    }
+
+    pub(crate) fn delete(self) -> Result<()> {
+        let Self { log_path, index, time_index, txn_index, data, file, .. } = self;
+        drop(data);
+        drop(file);
+        index.delete()?;
+        time_index.delete()?;
+        txn_index.delete()?;
+        remove_if_exists(&log_path)
+    }
+}
+
+/// Reserves disk blocks for [from, to) of the file.
+fn reserve(file: &File, path: &Path, from: u64, to: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an owned, open descriptor.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as libc::off_t, (to - from) as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        // Filesystems without fallocate: extend sparsely. A full disk then
+        // surfaces as SIGBUS on write, which is why fallocate is preferred.
+        tracing::warn!(path = %path.display(), "fallocate unsupported; extending the segment sparsely");
+        return file.set_len(to).map_err(LogError::io("extend", path));
+    }
+    Err(LogError::io("fallocate", path)(err))
+}
+
+/// Faults in [from, to) of the mapping as writable in one call.
+fn populate(map: &MmapMut, from: u64, to: u64) {
+    if to <= from {
+        return;
+    }
+    // SAFETY: the range lies inside the mapping; madvise does not change
+    // the mapping's contents.
+    let rc = unsafe {
+        libc::madvise(map.as_ptr().add(from as usize) as *mut libc::c_void, (to - from) as usize, libc::MADV_POPULATE_WRITE)
+    };
+    if rc != 0 {
+        // Kernels before 5.14 lack it; pages then fault in on first write.
+        tracing::debug!(error = %std::io::Error::last_os_error(), "MADV_POPULATE_WRITE failed");
+    }
+}
