@@ -73,7 +73,12 @@ impl BatchBuilder {
             producer_epoch,
             transactional: producer_id != NO_PRODUCER_ID,
             control: true,
-            records: vec![BuildRecord { timestamp, key: Some(key), value: Some(value), headers: Vec::new() }],
+            records: vec![BuildRecord {
+                timestamp,
+                key: Some(key),
+                value: Some(value),
+                headers: Vec::new(),
+            }],
             ..Self::default()
         }
     }
@@ -89,8 +94,10 @@ impl BatchBuilder {
     pub fn build(&self) -> Vec<u8> {
         let base_timestamp = self.records.iter().map(|r| r.timestamp).min().unwrap_or(-1);
         let max_timestamp = self.records.iter().map(|r| r.timestamp).max().unwrap_or(-1);
-        let deltas: Vec<i32> =
-            self.offset_deltas.clone().unwrap_or_else(|| (0..self.records.len() as i32).collect());
+        let deltas: Vec<i32> = self
+            .offset_deltas
+            .clone()
+            .unwrap_or_else(|| (0..self.records.len() as i32).collect());
         assert_eq!(deltas.len(), self.records.len(), "one offset delta per record");
         let last_offset_delta = self.last_offset_delta.unwrap_or(deltas.last().copied().unwrap_or(0));
 

@@ -108,7 +108,12 @@ impl ControlRecord {
         let control_type = ControlType::from_id(be_i16(&key[2..]).ok_or_else(|| malformed("short key"))?);
         let value_len = read_varint(buf, &mut pos).map_err(varint)?;
         let value = take(buf, &mut pos, value_len).ok_or_else(|| malformed("value out of bounds"))?;
-        let mut record = Self { key_version, control_type, coordinator_epoch: None, source_cluster_id: None };
+        let mut record = Self {
+            key_version,
+            control_type,
+            coordinator_epoch: None,
+            source_cluster_id: None,
+        };
         match (control_type, value) {
             (ControlType::Abort | ControlType::Commit, Some(v)) if v.len() >= 6 => {
                 record.coordinator_epoch = Some(i32::from_be_bytes(v[2..6].try_into().expect("4 bytes")));
@@ -116,7 +121,9 @@ impl ControlRecord {
             (ControlType::MirrorPidReset, Some(v)) => {
                 let len = be_i16(v.get(2..).unwrap_or_default()).ok_or_else(|| malformed("short value"))?;
                 let len = usize::try_from(len).map_err(|_| malformed("null source cluster id"))?;
-                let id = v.get(4..4 + len).ok_or_else(|| malformed("source cluster id out of bounds"))?;
+                let id = v
+                    .get(4..4 + len)
+                    .ok_or_else(|| malformed("source cluster id out of bounds"))?;
                 let id = std::str::from_utf8(id).map_err(|_| malformed("source cluster id is not UTF-8"))?;
                 record.source_cluster_id = Some(id.to_owned());
             }

@@ -120,13 +120,20 @@ pub(crate) fn frame_size(buf: &[u8], position: usize, max_batch_bytes: u32) -> R
         return Ok(None);
     }
     let length = be_i32(buf, OFF_LENGTH);
-    let err = |kind| BatchError { position, base_offset: Some(be_i64(buf, OFF_BASE_OFFSET)), kind };
+    let err = |kind| BatchError {
+        position,
+        base_offset: Some(be_i64(buf, OFF_BASE_OFFSET)),
+        kind,
+    };
     let minimum = (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32;
     if length < minimum {
         return Err(err(BatchErrorKind::LengthTooSmall { length, minimum }));
     }
     if length as u32 > max_batch_bytes {
-        return Err(err(BatchErrorKind::LengthTooLarge { length, limit: max_batch_bytes }));
+        return Err(err(BatchErrorKind::LengthTooLarge {
+            length,
+            limit: max_batch_bytes,
+        }));
     }
     let magic = buf[OFF_MAGIC] as i8;
     if magic != 2 {
@@ -145,12 +152,18 @@ impl<B: AsRef<[u8]>> RecordBatch<B> {
             Some(size) => Err(BatchError {
                 position: 0,
                 base_offset: Some(be_i64(b, OFF_BASE_OFFSET)),
-                kind: BatchErrorKind::Truncated { needed: size, available: b.len() },
+                kind: BatchErrorKind::Truncated {
+                    needed: size,
+                    available: b.len(),
+                },
             }),
             None => Err(BatchError {
                 position: 0,
                 base_offset: None,
-                kind: BatchErrorKind::Truncated { needed: BATCH_HEADER_BYTES, available: b.len() },
+                kind: BatchErrorKind::Truncated {
+                    needed: BATCH_HEADER_BYTES,
+                    available: b.len(),
+                },
             }),
         }
     }
@@ -262,7 +275,11 @@ impl<B: AsRef<[u8]>> RecordBatch<B> {
         }
         // Sequences wrap at i32::MAX, as Kafka's DefaultRecordBatch.incrementSequence.
         let delta = self.last_offset_delta();
-        if base > i32::MAX - delta { delta - (i32::MAX - base) - 1 } else { base + delta }
+        if base > i32::MAX - delta {
+            delta - (i32::MAX - base) - 1
+        } else {
+            base + delta
+        }
     }
     #[inline]
     pub fn records_count(&self) -> i32 {

@@ -21,7 +21,12 @@ impl<'a> BatchIter<'a> {
     /// `max_batch_bytes` (a bound on what one batch may claim, so that a lying
     /// length cannot make a reader wait for gigabytes).
     pub fn new(buf: &'a [u8], max_batch_bytes: u32) -> Self {
-        Self { buf, position: 0, max_batch_bytes, failed: false }
+        Self {
+            buf,
+            position: 0,
+            max_batch_bytes,
+            failed: false,
+        }
     }
 
     /// Byte position of the next batch: after the iterator ends without an

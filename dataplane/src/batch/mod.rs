@@ -16,13 +16,12 @@ pub mod varint;
 
 pub use build::{BatchBuilder, BuildRecord};
 pub use control::{
-    ControlRecord, ControlRecordError, ControlType, MIRROR_PID_RESET_VALUE_VERSION,
-    encode_mirror_pid_reset_value,
+    ControlRecord, ControlRecordError, ControlType, MIRROR_PID_RESET_VALUE_VERSION, encode_mirror_pid_reset_value,
 };
 pub use error::{BatchError, BatchErrorKind};
 pub use header::{
-    BATCH_HEADER_BYTES, Compression, LOG_OVERHEAD_BYTES, NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_ID, RecordBatch, TimestampType,
+    BATCH_HEADER_BYTES, Compression, LOG_OVERHEAD_BYTES, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_ID, RecordBatch,
+    TimestampType,
 };
 pub use iter::BatchIter;
 pub use records::{Record, RecordHeader, RecordsError, decode_records};

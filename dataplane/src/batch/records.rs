@@ -29,7 +29,11 @@ pub struct RecordHeader {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordsError {
     #[error("batch at offset {offset}: {codec} decompression failed: {source}")]
-    Decompress { offset: i64, codec: &'static str, source: std::io::Error },
+    Decompress {
+        offset: i64,
+        codec: &'static str,
+        source: std::io::Error,
+    },
     #[error("batch at offset {offset}: decompressed records exceed {limit} bytes")]
     TooLarge { offset: i64, limit: usize },
     #[error("batch at offset {offset}: unknown compression codec {id}")]
@@ -40,7 +44,11 @@ pub enum RecordsError {
 
 impl From<(i64, usize, VarintError)> for RecordsError {
     fn from((offset, index, e): (i64, usize, VarintError)) -> Self {
-        Self::Malformed { offset, index, reason: e.to_string() }
+        Self::Malformed {
+            offset,
+            index,
+            reason: e.to_string(),
+        }
     }
 }
 
@@ -48,7 +56,12 @@ impl From<(i64, usize, VarintError)> for RecordsError {
 /// blocks of (i32 length, raw snappy). Kafka's Java client writes this.
 const XERIAL_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
 
-fn read_limited(mut reader: impl Read, limit: usize, offset: i64, codec: &'static str) -> Result<Vec<u8>, RecordsError> {
+fn read_limited(
+    mut reader: impl Read,
+    limit: usize,
+    offset: i64,
+    codec: &'static str,
+) -> Result<Vec<u8>, RecordsError> {
     let mut out = Vec::new();
     (&mut reader)
         .take(limit as u64 + 1)
@@ -61,7 +74,11 @@ fn read_limited(mut reader: impl Read, limit: usize, offset: i64, codec: &'stati
 }
 
 fn snappy_block(block: &[u8], offset: i64, limit: usize) -> Result<Vec<u8>, RecordsError> {
-    let err = |e: snap::Error| RecordsError::Decompress { offset, codec: "snappy", source: std::io::Error::other(e) };
+    let err = |e: snap::Error| RecordsError::Decompress {
+        offset,
+        codec: "snappy",
+        source: std::io::Error::other(e),
+    };
     let len = snap::raw::decompress_len(block).map_err(err)?;
     if len > limit {
         return Err(RecordsError::TooLarge { offset, limit });
@@ -76,9 +93,12 @@ fn decompress(codec: Compression, data: &[u8], offset: i64, limit: usize) -> Res
         Compression::Lz4 => read_limited(lz4_flex::frame::FrameDecoder::new(data), limit, offset, "lz4"),
         Compression::Zstd => {
             let mut source = data;
-            let decoder = ruzstd::decoding::StreamingDecoder::new(&mut source).map_err(|e| {
-                RecordsError::Decompress { offset, codec: "zstd", source: std::io::Error::other(e.to_string()) }
-            })?;
+            let decoder =
+                ruzstd::decoding::StreamingDecoder::new(&mut source).map_err(|e| RecordsError::Decompress {
+                    offset,
+                    codec: "zstd",
+                    source: std::io::Error::other(e.to_string()),
+                })?;
             read_limited(decoder, limit, offset, "zstd")
         }
         Compression::Snappy if data.starts_with(XERIAL_MAGIC) => {
@@ -111,39 +131,65 @@ pub fn decode_records<B: AsRef<[u8]>>(
     decompressed_bytes_max: usize,
 ) -> Result<Vec<Record>, RecordsError> {
     let base_offset = batch.base_offset();
-    let data = decompress(batch.compression(), batch.records_bytes(), base_offset, decompressed_bytes_max)?;
+    let data = decompress(
+        batch.compression(),
+        batch.records_bytes(),
+        base_offset,
+        decompressed_bytes_max,
+    )?;
     let count = usize::try_from(batch.records_count()).unwrap_or(0);
     let log_append = batch.timestamp_type() == TimestampType::LogAppendTime;
     let mut records = Vec::with_capacity(count.min(data.len() / 7 + 1));
     let mut pos = 0;
     for index in 0..count {
-        let malformed = |reason: &str| RecordsError::Malformed { offset: base_offset, index, reason: reason.to_owned() };
+        let malformed = |reason: &str| RecordsError::Malformed {
+            offset: base_offset,
+            index,
+            reason: reason.to_owned(),
+        };
         let v = |e| RecordsError::from((base_offset, index, e));
         let length = read_varint(&data, &mut pos).map_err(v)?;
-        let end = usize::try_from(length).ok().and_then(|l| pos.checked_add(l)).filter(|&e| e <= data.len());
+        let end = usize::try_from(length)
+            .ok()
+            .and_then(|l| pos.checked_add(l))
+            .filter(|&e| e <= data.len());
         let end = end.ok_or_else(|| malformed("record length out of bounds"))?;
         let body = &data[..end];
         pos += 1; // attributes, unused in v2
         let timestamp_delta = read_varlong(body, &mut pos).map_err(v)?;
         let offset_delta = read_varint(body, &mut pos).map_err(v)?;
-        let key = read_field(body, &mut pos).map_err(v)?.ok_or_else(|| malformed("key out of bounds"))?;
-        let value = read_field(body, &mut pos).map_err(v)?.ok_or_else(|| malformed("value out of bounds"))?;
+        let key = read_field(body, &mut pos)
+            .map_err(v)?
+            .ok_or_else(|| malformed("key out of bounds"))?;
+        let value = read_field(body, &mut pos)
+            .map_err(v)?
+            .ok_or_else(|| malformed("value out of bounds"))?;
         let header_count = read_varint(body, &mut pos).map_err(v)?;
         let header_count = usize::try_from(header_count).map_err(|_| malformed("negative header count"))?;
         let mut headers = Vec::with_capacity(header_count.min(body.len()));
         for _ in 0..header_count {
-            let key = read_field(body, &mut pos).map_err(v)?.ok_or_else(|| malformed("header key out of bounds"))?;
+            let key = read_field(body, &mut pos)
+                .map_err(v)?
+                .ok_or_else(|| malformed("header key out of bounds"))?;
             let key = key.ok_or_else(|| malformed("null header key"))?;
-            let value =
-                read_field(body, &mut pos).map_err(v)?.ok_or_else(|| malformed("header value out of bounds"))?;
-            headers.push(RecordHeader { key: key.to_vec(), value: value.map(<[u8]>::to_vec) });
+            let value = read_field(body, &mut pos)
+                .map_err(v)?
+                .ok_or_else(|| malformed("header value out of bounds"))?;
+            headers.push(RecordHeader {
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+            });
         }
         if pos != end {
             return Err(malformed("record length does not match its fields"));
         }
         records.push(Record {
             offset: base_offset + i64::from(offset_delta),
-            timestamp: if log_append { batch.max_timestamp() } else { batch.base_timestamp() + timestamp_delta },
+            timestamp: if log_append {
+                batch.max_timestamp()
+            } else {
+                batch.base_timestamp() + timestamp_delta
+            },
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
             headers,

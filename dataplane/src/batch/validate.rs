@@ -46,7 +46,11 @@ fn check_batch(
     last_epoch: Option<i32>,
     fetch_epoch: Option<i32>,
 ) -> Result<(), BatchError> {
-    let err = |kind| BatchError { position, base_offset: Some(batch.base_offset()), kind };
+    let err = |kind| BatchError {
+        position,
+        base_offset: Some(batch.base_offset()),
+        kind,
+    };
     let (stored, computed) = (batch.crc(), batch.computed_crc());
     if stored != computed {
         return Err(err(BatchErrorKind::CrcMismatch { stored, computed }));
@@ -61,9 +65,15 @@ fn check_batch(
     }
     let base_offset = batch.base_offset();
     if base_offset < next_offset {
-        return Err(err(BatchErrorKind::OffsetBelowExpected { base_offset, expected: next_offset }));
+        return Err(err(BatchErrorKind::OffsetBelowExpected {
+            base_offset,
+            expected: next_offset,
+        }));
     }
-    if base_offset.checked_add(i64::from(delta)).is_none_or(|last| last == i64::MAX) {
+    if base_offset
+        .checked_add(i64::from(delta))
+        .is_none_or(|last| last == i64::MAX)
+    {
         return Err(err(BatchErrorKind::OffsetOverflow { base_offset, delta }));
     }
     let epoch = batch.partition_leader_epoch();

@@ -31,7 +31,10 @@ pub(crate) fn read_checkpoint(path: &Path) -> Result<Vec<String>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(LogError::io("read", path)(e)),
     };
-    let corrupt = |reason: String| LogError::CorruptFile { path: path.to_owned(), reason };
+    let corrupt = |reason: String| LogError::CorruptFile {
+        path: path.to_owned(),
+        reason,
+    };
     let mut lines = text.lines();
     let version = lines.next().ok_or_else(|| corrupt("empty file".into()))?;
     if version.trim() != CHECKPOINT_VERSION.to_string() {
@@ -70,7 +73,10 @@ pub(crate) fn read_partition_metadata(path: &Path) -> Result<Option<[u8; 16]>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(LogError::io("read", path)(e)),
     };
-    let corrupt = |reason: &str| LogError::CorruptFile { path: path.to_owned(), reason: reason.into() };
+    let corrupt = |reason: &str| LogError::CorruptFile {
+        path: path.to_owned(),
+        reason: reason.into(),
+    };
     let mut version = None;
     let mut topic_id = None;
     for line in text.lines() {

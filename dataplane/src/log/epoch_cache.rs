@@ -29,14 +29,21 @@ impl LeaderEpochCache {
     pub(crate) fn load(path: PathBuf) -> Result<Self> {
         let mut entries = Vec::new();
         for line in read_checkpoint(&path)? {
-            let corrupt = || LogError::CorruptFile { path: path.clone(), reason: format!("bad entry {line:?}") };
+            let corrupt = || LogError::CorruptFile {
+                path: path.clone(),
+                reason: format!("bad entry {line:?}"),
+            };
             let (epoch, offset) = line.split_once(' ').ok_or_else(corrupt)?;
             entries.push(EpochEntry {
                 epoch: epoch.parse().map_err(|_| corrupt())?,
                 start_offset: offset.trim().parse().map_err(|_| corrupt())?,
             });
         }
-        let mut cache = Self { path, entries: Vec::new(), dirty: false };
+        let mut cache = Self {
+            path,
+            entries: Vec::new(),
+            dirty: false,
+        };
         for entry in entries {
             cache.assign(entry.epoch, entry.start_offset);
         }
@@ -66,7 +73,8 @@ impl LeaderEpochCache {
             return;
         }
         let before = self.entries.len();
-        self.entries.retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        self.entries
+            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
         if self.entries.len() != before {
             tracing::warn!(epoch, start_offset, removed = before - self.entries.len(), path = %self.path.display(),
                 "leader epoch entry conflicts with later entries; removed them");
@@ -114,7 +122,10 @@ impl LeaderEpochCache {
     /// Drops entries wholly below `start_offset` and clamps the first
     /// remaining entry to start there (log start advanced).
     pub(crate) fn truncate_from_start(&mut self, start_offset: i64) {
-        let first_kept = self.entries.partition_point(|e| e.start_offset <= start_offset).saturating_sub(1);
+        let first_kept = self
+            .entries
+            .partition_point(|e| e.start_offset <= start_offset)
+            .saturating_sub(1);
         if first_kept > 0 {
             self.entries.drain(..first_kept);
             self.dirty = true;
@@ -135,7 +146,10 @@ impl LeaderEpochCache {
     /// Writes the checkpoint if anything changed since the last write.
     pub(crate) fn persist(&mut self) -> Result<()> {
         if self.dirty {
-            write_checkpoint(&self.path, self.entries.iter().map(|e| format!("{} {}", e.epoch, e.start_offset)))?;
+            write_checkpoint(
+                &self.path,
+                self.entries.iter().map(|e| format!("{} {}", e.epoch, e.start_offset)),
+            )?;
             self.dirty = false;
         }
         Ok(())
@@ -147,7 +161,11 @@ mod tests {
     use super::*;
 
     fn cache(entries: &[(i32, i64)]) -> LeaderEpochCache {
-        let mut c = LeaderEpochCache { path: PathBuf::from("/nonexistent"), entries: Vec::new(), dirty: false };
+        let mut c = LeaderEpochCache {
+            path: PathBuf::from("/nonexistent"),
+            entries: Vec::new(),
+            dirty: false,
+        };
         for &(e, o) in entries {
             c.assign(e, o);
         }
@@ -160,9 +178,17 @@ mod tests {
         let leo = 400;
         assert_eq!(c.end_offset_for(-1, leo), (-1, -1));
         assert_eq!(c.end_offset_for(7, leo), (7, 400), "latest epoch ends at the log end");
-        assert_eq!(c.end_offset_for(0, leo), (0, 0), "below every epoch: start of the first");
+        assert_eq!(
+            c.end_offset_for(0, leo),
+            (0, 0),
+            "below every epoch: start of the first"
+        );
         assert_eq!(c.end_offset_for(1, leo), (1, 100));
-        assert_eq!(c.end_offset_for(2, leo), (1, 100), "unknown epoch: floor epoch, next start");
+        assert_eq!(
+            c.end_offset_for(2, leo),
+            (1, 100),
+            "unknown epoch: floor epoch, next start"
+        );
         assert_eq!(c.end_offset_for(5, leo), (3, 250));
         assert_eq!(c.end_offset_for(9, leo), (-1, -1), "above every epoch");
         assert_eq!(cache(&[]).end_offset_for(3, leo), (-1, -1));
@@ -174,17 +200,44 @@ mod tests {
         c.assign(7, 300);
         assert_eq!(c.entries().len(), 3, "same epoch later offset is a no-op");
         c.assign(5, 200);
-        assert_eq!(c.entries(), &[EpochEntry { epoch: 1, start_offset: 0 }, EpochEntry { epoch: 3, start_offset: 100 },
-            EpochEntry { epoch: 5, start_offset: 200 }]);
+        assert_eq!(
+            c.entries(),
+            &[
+                EpochEntry {
+                    epoch: 1,
+                    start_offset: 0
+                },
+                EpochEntry {
+                    epoch: 3,
+                    start_offset: 100
+                },
+                EpochEntry {
+                    epoch: 5,
+                    start_offset: 200
+                }
+            ]
+        );
     }
 
     #[test]
     fn truncation_from_both_ends() {
         let mut c = cache(&[(1, 0), (3, 100), (7, 250)]);
         c.truncate_from_end(250);
-        assert_eq!(c.latest(), Some(EpochEntry { epoch: 3, start_offset: 100 }));
+        assert_eq!(
+            c.latest(),
+            Some(EpochEntry {
+                epoch: 3,
+                start_offset: 100
+            })
+        );
         c.truncate_from_start(150);
-        assert_eq!(c.entries(), &[EpochEntry { epoch: 3, start_offset: 150 }]);
+        assert_eq!(
+            c.entries(),
+            &[EpochEntry {
+                epoch: 3,
+                start_offset: 150
+            }]
+        );
         assert_eq!(c.epoch_for_offset(149), None);
         assert_eq!(c.epoch_for_offset(151), Some(3));
     }

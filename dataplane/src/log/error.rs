@@ -8,11 +8,19 @@ use crate::batch::BatchError;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: std::io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("batch base offset {base_offset} is below the log end offset {log_end_offset}")]
     OffsetBelowLogEnd { base_offset: i64, log_end_offset: i64 },
     #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
-    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
     #[error(transparent)]
     Batch(#[from] BatchError),
     #[error("appended bytes end in a partial batch at byte {position}")]
@@ -20,7 +28,11 @@ pub enum LogError {
     #[error("corrupt {path}: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
     #[error("partition {path} belongs to topic id {on_disk}, not {requested}")]
-    TopicIdMismatch { path: PathBuf, on_disk: String, requested: String },
+    TopicIdMismatch {
+        path: PathBuf,
+        on_disk: String,
+        requested: String,
+    },
 }
 
 impl LogError {

@@ -40,7 +40,9 @@ pub(crate) fn list_offset_files(dir: &Path, suffix: &str) -> Result<Vec<i64>> {
 }
 
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(LogError::io("fsync dir", dir))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(LogError::io("fsync dir", dir))
 }
 
 /// Replaces `path` with `contents` so that a crash leaves either the old or

@@ -40,11 +40,20 @@ impl<const N: usize> IndexFile<N> {
         // A file whose size is not whole entries was not closed cleanly.
         let consistent = len % N as u64 == 0;
         let entries = entries.unwrap_or(if consistent { len as usize / N } else { 0 });
-        let mut index = Self { path, file, map: None, entries, max_entries: max_entries.max(entries) };
+        let mut index = Self {
+            path,
+            file,
+            map: None,
+            entries,
+            max_entries: max_entries.max(entries),
+        };
         if active {
             index.make_active()?;
         } else {
-            index.file.set_len((entries * N) as u64).map_err(LogError::io("truncate", &index.path))?;
+            index
+                .file
+                .set_len((entries * N) as u64)
+                .map_err(LogError::io("truncate", &index.path))?;
             index.remap((entries * N) as u64)?;
         }
         Ok((index, consistent))
@@ -80,7 +89,8 @@ impl<const N: usize> IndexFile<N> {
 
     fn flush(&self) -> Result<()> {
         if let Some(map) = &self.map {
-            map.flush_range(0, self.entries * N).map_err(LogError::io("msync", &self.path))?;
+            map.flush_range(0, self.entries * N)
+                .map_err(LogError::io("msync", &self.path))?;
         }
         Ok(())
     }
@@ -99,7 +109,11 @@ impl<const N: usize> IndexFile<N> {
     }
 
     fn push(&mut self, entry: [u8; N]) -> Result<()> {
-        assert!(!self.is_full(), "index {} is full: the segment must roll first", self.path.display());
+        assert!(
+            !self.is_full(),
+            "index {} is full: the segment must roll first",
+            self.path.display()
+        );
         let at = self.entries * N;
         if self.map.as_ref().is_none_or(|m| m.len() < at + N) {
             self.make_active()?;
@@ -143,13 +157,20 @@ pub(crate) struct OffsetIndex {
 }
 
 impl OffsetIndex {
-    pub(crate) fn open(path: &Path, base_offset: i64, max_bytes: u64, active: bool, rebuild: bool) -> Result<(Self, bool)> {
+    pub(crate) fn open(
+        path: &Path,
+        base_offset: i64,
+        max_bytes: u64,
+        active: bool,
+        rebuild: bool,
+    ) -> Result<(Self, bool)> {
         let (file, ok) = IndexFile::open(path.to_owned(), max_bytes, active, rebuild.then_some(0))?;
         Ok((Self { base_offset, file }, ok))
     }
 
     pub(crate) fn append(&mut self, offset: i64, position: u32) -> Result<()> {
-        let relative = u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
+        let relative =
+            u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
         let mut entry = [0u8; 8];
         entry[..4].copy_from_slice(&relative.to_be_bytes());
         entry[4..].copy_from_slice(&position.to_be_bytes());
@@ -211,14 +232,23 @@ pub(crate) struct TimeIndex {
 }
 
 impl TimeIndex {
-    pub(crate) fn open(path: &Path, base_offset: i64, max_bytes: u64, active: bool, rebuild: bool) -> Result<(Self, bool)> {
+    pub(crate) fn open(
+        path: &Path,
+        base_offset: i64,
+        max_bytes: u64,
+        active: bool,
+        rebuild: bool,
+    ) -> Result<(Self, bool)> {
         let (file, ok) = IndexFile::open(path.to_owned(), max_bytes, active, rebuild.then_some(0))?;
         Ok((Self { base_offset, file }, ok))
     }
 
     fn at(&self, i: usize) -> (i64, i64) {
         let e = self.file.entry(i);
-        (i64::from_be_bytes(e[..8].try_into().expect("8 bytes")), self.base_offset + i64::from(rel(&e[8..])))
+        (
+            i64::from_be_bytes(e[..8].try_into().expect("8 bytes")),
+            self.base_offset + i64::from(rel(&e[8..])),
+        )
     }
 
     pub(crate) fn last_entry(&self) -> Option<(i64, i64)> {
@@ -236,7 +266,8 @@ impl TimeIndex {
         {
             return Ok(());
         }
-        let relative = u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
+        let relative =
+            u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
         let mut entry = [0u8; 12];
         entry[..8].copy_from_slice(&timestamp.to_be_bytes());
         entry[8..].copy_from_slice(&relative.to_be_bytes());
@@ -246,7 +277,10 @@ impl TimeIndex {
     /// The offset of the entry with the largest timestamp ≤ `timestamp`
     /// (where a scan for that timestamp may start), or the base offset.
     pub(crate) fn lookup(&self, timestamp: i64) -> i64 {
-        match self.file.last_where(|e| i64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= timestamp) {
+        match self
+            .file
+            .last_where(|e| i64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= timestamp)
+        {
             Some(i) => self.at(i).1,
             None => self.base_offset,
         }
@@ -255,7 +289,10 @@ impl TimeIndex {
     /// Drops entries for offsets ≥ `offset`.
     pub(crate) fn truncate_to_offset(&mut self, offset: i64) {
         let target = offset - self.base_offset;
-        let keep = self.file.last_where(|e| i64::from(rel(&e[8..])) < target).map_or(0, |i| i + 1);
+        let keep = self
+            .file
+            .last_where(|e| i64::from(rel(&e[8..])) < target)
+            .map_or(0, |i| i + 1);
         self.file.truncate_entries(keep);
     }
 

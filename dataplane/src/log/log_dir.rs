@@ -28,7 +28,10 @@ pub struct TopicPartition {
 
 impl TopicPartition {
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 
     /// Parses a partition directory name (`my-topic-3` → (`my-topic`, 3)).
@@ -57,9 +60,13 @@ pub struct LogDir {
 fn parse_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
     let mut out = BTreeMap::new();
     for line in read_checkpoint(path)? {
-        let corrupt = || LogError::CorruptFile { path: path.to_owned(), reason: format!("bad entry {line:?}") };
+        let corrupt = || LogError::CorruptFile {
+            path: path.to_owned(),
+            reason: format!("bad entry {line:?}"),
+        };
         let mut parts = line.split(' ');
-        let (Some(topic), Some(partition), Some(offset), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(topic), Some(partition), Some(offset), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(corrupt());
         };
@@ -138,13 +145,18 @@ impl LogDir {
 
     /// Records the logs' recovery points and log starts, and writes both
     /// checkpoint files.
-    pub fn checkpoint<'a>(&mut self, logs: impl IntoIterator<Item = (&'a TopicPartition, &'a PartitionLog)>) -> Result<()> {
+    pub fn checkpoint<'a>(
+        &mut self,
+        logs: impl IntoIterator<Item = (&'a TopicPartition, &'a PartitionLog)>,
+    ) -> Result<()> {
         for (tp, log) in logs {
             self.recovery_points.insert(tp.clone(), log.recovery_point());
             self.log_starts.insert(tp.clone(), log.log_start_offset());
         }
         let lines = |m: &BTreeMap<TopicPartition, i64>| {
-            m.iter().map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition)).collect::<Vec<_>>()
+            m.iter()
+                .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
+                .collect::<Vec<_>>()
         };
         write_checkpoint(&self.path.join(RECOVERY_POINT_CHECKPOINT), lines(&self.recovery_points))?;
         write_checkpoint(&self.path.join(LOG_START_CHECKPOINT), lines(&self.log_starts))
@@ -185,6 +197,9 @@ mod tests {
         assert_eq!(TopicPartition::from_dir_name("orders-eu-1-12"), Some(tp));
         assert_eq!(TopicPartition::from_dir_name("nodash"), None);
         assert_eq!(TopicPartition::from_dir_name("-3"), None);
-        assert_eq!(TopicPartition::from_dir_name("t--3"), Some(TopicPartition::new("t-", 3)));
+        assert_eq!(
+            TopicPartition::from_dir_name("t--3"),
+            Some(TopicPartition::new("t-", 3))
+        );
     }
 }

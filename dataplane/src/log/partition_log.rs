@@ -194,11 +194,17 @@ impl PartitionLog {
     }
 
     fn active(&self) -> &Segment {
-        self.segments.values().next_back().expect("a log always has an active segment")
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
     }
 
     fn active_mut(&mut self) -> &mut Segment {
-        self.segments.values_mut().next_back().expect("a log always has an active segment")
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
     }
 
     /// Re-validates every segment from `from_base` on, rebuilding indexes,
@@ -208,17 +214,31 @@ impl PartitionLog {
     fn recover(&mut self, from_base: i64, report: &mut RecoveryReport) -> Result<()> {
         report.scanned_from_offset = Some(from_base);
         tracing::info!(dir = %self.dir.display(), from_offset = from_base, "recovering log");
-        self.epochs.truncate_from_end(from_base);
+        // Epoch entries for offsets below the first batch scanned are still
+        // right (one may be clamped to the log start); later ones are rebuilt.
+        let first_scanned = self.segments[&from_base]
+            .batch_at(0)
+            .ok()
+            .filter(|b| b.crc_is_valid() && b.base_offset() >= from_base)
+            .map_or(from_base, |b| b.base_offset());
+        self.epochs.truncate_from_end(first_scanned);
         ProducerState::delete_snapshots(&self.dir, |o| o > from_base)?;
         self.rebuild_producer_state(from_base)?;
         let bases: Vec<i64> = self.segments.range(from_base..).map(|(&b, _)| b).collect();
         let last = *bases.last().expect("from_base is a segment");
-        let mut next_offset = self.segments.range(..from_base).next_back().map_or(from_base, |(_, s)| s.next_offset);
+        let mut next_offset = self
+            .segments
+            .range(..from_base)
+            .next_back()
+            .map_or(from_base, |(_, s)| s.next_offset);
         let mut cut_after = None;
         for &base in &bases {
             // Re-open with empty, writable indexes to rebuild them.
             let old = self.segments.remove(&base).expect("listed");
             drop(old);
+            // Keep a snapshot at every segment base, as rolling does, so that
+            // a later recovery or retention never needs the deleted batches.
+            self.producers.write_snapshot(&self.dir, base)?;
             let (mut segment, _) = Segment::open(&self.dir, base, &self.config, base == last, true)?;
             segment.reset_for_rebuild()?;
             let file_len = segment.file_bytes().len() as u64;
@@ -237,7 +257,10 @@ impl PartitionLog {
             while position < range.valid_bytes {
                 let batch = segment.batch_at(position as u64)?;
                 if batch.last_offset() - base > i64::from(i32::MAX) {
-                    stop = Some(format!("batch at offset {} does not fit segment {base}", batch.base_offset()));
+                    stop = Some(format!(
+                        "batch at offset {} does not fit segment {base}",
+                        batch.base_offset()
+                    ));
                     break;
                 }
                 let size = batch.size_bytes();
@@ -263,7 +286,9 @@ impl PartitionLog {
                 segment.truncate_to_position(valid_bytes as u64, self.config.max_batch_bytes)?;
             }
             self.segments.insert(base, segment);
-            if stop.is_some() {
+            if lost > 0 {
+                // Whatever follows a torn or corrupt batch cannot be trusted
+                // to continue the log without a hole.
                 cut_after = Some(base);
                 break;
             }
@@ -280,17 +305,18 @@ impl PartitionLog {
         self.drop_empty_tail_segments(report)?;
         // Seal what recovery rebuilt, except the new active segment.
         let active_base = *self.segments.keys().next_back().expect("at least one segment");
-        for (&base, segment) in self.segments.range_mut(from_base..) {
-            if base == active_base {
-                segment.make_active(&self.config)?;
-                segment.flush()?;
-            } else {
-                segment.seal()?;
-            }
+        for (_, segment) in self.segments.range_mut(from_base.min(active_base)..active_base) {
+            segment.seal()?;
         }
+        let config = self.config.clone();
+        let active = self.active_mut();
+        active.make_active(&config)?;
+        active.flush()?;
+        ProducerState::delete_snapshots(&self.dir, |o| o > active_base)?;
         self.next_offset = self.active().next_offset;
         self.recovery_point = self.next_offset;
         // Re-scanned batches below the log start must not resurrect epochs.
+        self.epochs.truncate_from_end(self.next_offset);
         self.epochs.truncate_from_start(self.log_start_offset);
         self.epochs.persist()?;
         fsync_dir(&self.dir)
@@ -332,7 +358,14 @@ impl PartitionLog {
 
     /// Everything an append changes besides the bytes: indexes, epoch cache,
     /// producer state, aborted transactions.
-    fn apply_batch_state(&mut self, segment: &mut Segment, facts: &BatchFacts, epoch: i32, size: u64, records: i32) -> Result<()> {
+    fn apply_batch_state(
+        &mut self,
+        segment: &mut Segment,
+        facts: &BatchFacts,
+        epoch: i32,
+        size: u64,
+        records: i32,
+    ) -> Result<()> {
         segment.on_batch_committed(size, facts.last_offset, facts.max_timestamp, &self.config)?;
         if epoch != NO_PARTITION_LEADER_EPOCH {
             self.epochs.assign(epoch, facts.base_offset);
@@ -391,7 +424,11 @@ impl PartitionLog {
         let result = (|| {
             let batch = segment.batch_at(segment.size())?;
             let facts = BatchFacts::of(&batch);
-            let (epoch, size, records) = (batch.partition_leader_epoch(), batch.size_bytes() as u64, batch.records_count());
+            let (epoch, size, records) = (
+                batch.partition_leader_epoch(),
+                batch.size_bytes() as u64,
+                batch.records_count(),
+            );
             segment.first_append_ms.get_or_insert(now_ms);
             self.apply_batch_state(&mut segment, &facts, epoch, size, records)?;
             Ok((facts.base_offset, facts.last_offset, records))
@@ -410,20 +447,31 @@ impl PartitionLog {
         for item in iter.by_ref() {
             let (_, batch) = item?;
             if batch.base_offset() < expected {
-                return Err(LogError::OffsetBelowLogEnd { base_offset: batch.base_offset(), log_end_offset: expected });
+                return Err(LogError::OffsetBelowLogEnd {
+                    base_offset: batch.base_offset(),
+                    log_end_offset: expected,
+                });
             }
             expected = batch.next_offset();
         }
         if iter.position() != batches.len() {
-            return Err(LogError::PartialBatch { position: iter.position() });
+            return Err(LogError::PartialBatch {
+                position: iter.position(),
+            });
         }
-        let mut info = AppendInfo { first_offset: self.next_offset, last_offset: self.next_offset - 1, ..Default::default() };
+        let mut info = AppendInfo {
+            first_offset: self.next_offset,
+            last_offset: self.next_offset - 1,
+            ..Default::default()
+        };
         for item in BatchIter::new(batches, self.config.max_batch_bytes) {
             let (_, batch) = item.expect("framed above");
             let size = batch.size_bytes();
             self.roll_if_needed(size as u64, batch.base_offset(), batch.last_offset(), now_ms)?;
             let config = self.config.clone();
-            self.active_mut().tail_mut(size, &config)?.copy_from_slice(batch.bytes());
+            self.active_mut()
+                .tail_mut(size, &config)?
+                .copy_from_slice(batch.bytes());
             let (base, last, records) = self.commit_tail_batch(now_ms)?;
             if info.batches == 0 {
                 info.first_offset = base;
@@ -443,9 +491,14 @@ impl PartitionLog {
     /// until [`commit_tail`](Self::commit_tail).
     pub fn tail_mut(&mut self, len: usize, now_ms: u64) -> Result<&mut [u8]> {
         let active = self.active();
-        let time_up = active.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms);
-        if active.size() > 0 && (active.size() + len as u64 > self.config.segment_bytes || time_up
-            || active.index.is_full() || active.time_index.is_full())
+        let time_up = active
+            .first_append_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms);
+        if active.size() > 0
+            && (active.size() + len as u64 > self.config.segment_bytes
+                || time_up
+                || active.index.is_full()
+                || active.time_index.is_full())
         {
             self.roll(self.next_offset)?;
         }
@@ -453,21 +506,52 @@ impl PartitionLog {
         self.active_mut().tail_mut(len, &config)
     }
 
-    /// Commits the first `len` bytes written at the tail since
-    /// [`tail_mut`](Self::tail_mut). The caller has validated them (see
-    /// [`crate::batch::validate_batches`]): they are whole batches whose
-    /// offsets start at or above the log end offset and increase.
-    pub fn commit_tail(&mut self, len: usize, now_ms: u64) -> Result<AppendInfo> {
-        let mut info = AppendInfo { first_offset: self.next_offset, last_offset: self.next_offset - 1, ..Default::default() };
-        let end = self.active().size() + len as u64;
+    /// Commits the first `len` of the `received` bytes written at the tail
+    /// since [`tail_mut`](Self::tail_mut), and zeroes the rest (a partial or
+    /// refused batch must not look like log data to a later recovery). The
+    /// caller has validated the `len` bytes (see
+    /// [`crate::batch::validate_batches`]): whole batches whose offsets start
+    /// at or above the log end offset and increase.
+    pub fn commit_tail(&mut self, len: usize, received: usize, now_ms: u64) -> Result<AppendInfo> {
+        assert!(len <= received, "cannot commit more than was received");
+        let (base, start) = (self.active().base_offset, self.active().size());
+        let info = self.commit_received(start, start + len as u64, now_ms);
+        // A roll on offset overflow trims the receiving segment's file, which
+        // discards the tail too; otherwise it is still active and mapped.
+        if let Some(segment) = self.segments.get_mut(&base) {
+            let committed_end = segment.size();
+            segment.zero_tail(committed_end, start + received as u64);
+        }
+        let info = info?;
+        self.maybe_flush(now_ms)?;
+        Ok(info)
+    }
+
+    fn commit_received(&mut self, start: u64, end: u64, now_ms: u64) -> Result<AppendInfo> {
+        let mut info = AppendInfo {
+            first_offset: self.next_offset,
+            last_offset: self.next_offset - 1,
+            ..Default::default()
+        };
+        debug_assert_eq!(self.active().size(), start);
         while self.active().size() < end {
             let active = self.active();
             let batch = active.batch_at(active.size())?;
             if batch.base_offset() < self.next_offset {
-                return Err(LogError::OffsetBelowLogEnd { base_offset: batch.base_offset(), log_end_offset: self.next_offset });
+                return Err(LogError::OffsetBelowLogEnd {
+                    base_offset: batch.base_offset(),
+                    log_end_offset: self.next_offset,
+                });
             }
-            if active.should_roll(0, batch.last_offset(), 0, &LogConfig { segment_ms: u64::MAX, ..self.config.clone() })
-                && active.size() > 0
+            if active.should_roll(
+                0,
+                batch.last_offset(),
+                0,
+                &LogConfig {
+                    segment_ms: u64::MAX,
+                    ..self.config.clone()
+                },
+            ) && active.size() > 0
             {
                 // Offsets too far apart for this segment's u32 relative
                 // offsets (a huge compaction gap): move the rest to a new one.
@@ -489,7 +573,6 @@ impl PartitionLog {
             info.records += u64::try_from(records).unwrap_or(0);
             info.bytes += size;
         }
-        self.maybe_flush(now_ms)?;
         Ok(info)
     }
 
@@ -499,25 +582,48 @@ impl PartitionLog {
         if offset < self.log_start_offset || offset > self.next_offset {
             return Err(self.out_of_range(offset));
         }
-        let start = self.segments.range(..=offset).next_back().map_or(self.log_start_offset, |(&b, _)| b);
+        let start = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map_or(self.log_start_offset, |(&b, _)| b);
         for segment in self.segments.range(start..).map(|(_, s)| s) {
             if let Some(position) = segment.find_position(offset, self.config.max_batch_bytes)? {
                 let len = segment.whole_batches_len(position, max_bytes, self.config.max_batch_bytes)?;
                 let first_offset = segment.batch_at(position)?.base_offset();
-                return Ok(ReadSlice { file: Arc::clone(segment.file()), position, len, first_offset });
+                return Ok(ReadSlice {
+                    file: Arc::clone(segment.file()),
+                    position,
+                    len,
+                    first_offset,
+                });
             }
         }
         let active = self.active();
-        Ok(ReadSlice { file: Arc::clone(active.file()), position: active.size(), len: 0, first_offset: self.next_offset })
+        Ok(ReadSlice {
+            file: Arc::clone(active.file()),
+            position: active.size(),
+            len: 0,
+            first_offset: self.next_offset,
+        })
     }
 
     fn out_of_range(&self, offset: i64) -> LogError {
-        LogError::OffsetOutOfRange { offset, log_start_offset: self.log_start_offset, log_end_offset: self.next_offset }
+        LogError::OffsetOutOfRange {
+            offset,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.next_offset,
+        }
     }
 
     /// The first record at or after `position` in `segment` with a
     /// timestamp ≥ `timestamp` and an offset ≥ the log start.
-    fn find_record_by_timestamp(&self, segment: &Segment, position: u64, timestamp: i64) -> Result<Option<TimestampOffset>> {
+    fn find_record_by_timestamp(
+        &self,
+        segment: &Segment,
+        position: u64,
+        timestamp: i64,
+    ) -> Result<Option<TimestampOffset>> {
         for item in BatchIter::new(&segment.bytes()[position as usize..], self.config.max_batch_bytes) {
             let (_, batch) = item?;
             if batch.max_timestamp() < timestamp || batch.last_offset() < self.log_start_offset {
@@ -527,8 +633,14 @@ impl PartitionLog {
                 path: segment.log_path().to_owned(),
                 reason: e.to_string(),
             })?;
-            if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset) {
-                return Ok(Some(TimestampOffset { timestamp: r.timestamp, offset: r.offset }));
+            if let Some(r) = records
+                .iter()
+                .find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset)
+            {
+                return Ok(Some(TimestampOffset {
+                    timestamp: r.timestamp,
+                    offset: r.offset,
+                }));
             }
         }
         Ok(None)
@@ -537,7 +649,11 @@ impl PartitionLog {
     /// ListOffsets by timestamp: the first record whose timestamp is ≥
     /// `timestamp`, or `None` when every record is older.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<TimestampOffset>> {
-        for segment in self.segments.values().filter(|s| s.max_timestamp >= timestamp && s.next_offset > self.log_start_offset) {
+        for segment in self
+            .segments
+            .values()
+            .filter(|s| s.max_timestamp >= timestamp && s.next_offset > self.log_start_offset)
+        {
             let from_offset = segment.time_index.lookup(timestamp).max(self.log_start_offset);
             let (_, position) = segment.index.lookup(from_offset);
             if let Some(found) = self.find_record_by_timestamp(segment, u64::from(position), timestamp)? {
@@ -559,7 +675,8 @@ impl PartitionLog {
                 _ => Some(s),
             });
         let Some(segment) = best else { return Ok(None) };
-        let Some(position) = segment.find_position(segment.offset_of_max_timestamp, self.config.max_batch_bytes)? else {
+        let Some(position) = segment.find_position(segment.offset_of_max_timestamp, self.config.max_batch_bytes)?
+        else {
             return Ok(None);
         };
         self.find_record_by_timestamp(segment, position, segment.max_timestamp)
@@ -587,7 +704,11 @@ impl PartitionLog {
     /// Aborted transactions overlapping [`from_offset`, `upper_bound`), as
     /// READ_COMMITTED Fetch responses list them.
     pub fn aborted_transactions(&self, from_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
-        let start = self.segments.range(..=from_offset).next_back().map_or(i64::MIN, |(&b, _)| b);
+        let start = self
+            .segments
+            .range(..=from_offset)
+            .next_back()
+            .map_or(i64::MIN, |(&b, _)| b);
         self.segments
             .range(start..upper_bound.max(start))
             .flat_map(|(_, s)| s.txn_index.entries())
@@ -606,7 +727,12 @@ impl PartitionLog {
             return self.truncate_fully_and_start_at(offset);
         }
         tracing::info!(dir = %self.dir.display(), offset, log_end_offset = self.next_offset, "truncating log");
-        let base = *self.segments.range(..=offset).next_back().expect("offset above log start").0;
+        let base = *self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .expect("offset above log start")
+            .0;
         let position = self.segments[&base].find_position(offset, self.config.max_batch_bytes)?;
         let doomed: Vec<i64> = self.segments.range(base + 1..).map(|(&b, _)| b).collect();
         for b in doomed {

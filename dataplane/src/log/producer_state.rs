@@ -203,7 +203,7 @@ impl ProducerState {
         for e in entries.chunks_exact(SNAPSHOT_ENTRY_BYTES) {
             let i64_at = |at: usize| i64::from_be_bytes(e[at..at + 8].try_into().expect("8 bytes"));
             let i32_at = |at: usize| i32::from_be_bytes(e[at..at + 4].try_into().expect("4 bytes"));
-            let txn_first = i64_at(42);
+            let txn_first = i64_at(38);
             let entry = ProducerEntry {
                 producer_id: i64_at(0),
                 producer_epoch: i16::from_be_bytes([e[8], e[9]]),
@@ -230,7 +230,11 @@ impl ProducerState {
     /// Loads the newest readable snapshot at or below `max_offset`, deleting
     /// corrupt ones on the way. Returns its offset and state.
     pub(crate) fn load_latest_snapshot(dir: &Path, max_offset: i64) -> Result<Option<(i64, Self)>> {
-        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?.into_iter().rev().filter(|&o| o <= max_offset) {
+        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?
+            .into_iter()
+            .rev()
+            .filter(|&o| o <= max_offset)
+        {
             let path = offset_file(dir, offset, SNAPSHOT_SUFFIX);
             let bytes = std::fs::read(&path).map_err(LogError::io("read", &path))?;
             match Self::decode_snapshot(&bytes) {
@@ -246,7 +250,10 @@ impl ProducerState {
 
     /// Deletes snapshots at offsets for which `doomed` holds.
     pub(crate) fn delete_snapshots(dir: &Path, doomed: impl Fn(i64) -> bool) -> Result<()> {
-        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?.into_iter().filter(|&o| doomed(o)) {
+        for offset in list_offset_files(dir, SNAPSHOT_SUFFIX)?
+            .into_iter()
+            .filter(|&o| doomed(o))
+        {
             remove_if_exists(&offset_file(dir, offset, SNAPSHOT_SUFFIX))?;
         }
         Ok(())
@@ -283,7 +290,15 @@ mod tests {
         assert_eq!(s.apply(&facts(5, 9, 2, true, None)), None);
         assert_eq!(s.first_unstable_offset(), Some(0));
         let aborted = s.apply(&facts(10, 10, 1, true, Some(ControlType::Abort))).unwrap();
-        assert_eq!(aborted, AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 10, last_stable_offset: 5 });
+        assert_eq!(
+            aborted,
+            AbortedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 10,
+                last_stable_offset: 5
+            }
+        );
         assert_eq!(s.first_unstable_offset(), Some(5));
         assert_eq!(s.apply(&facts(11, 11, 2, true, Some(ControlType::Commit))), None);
         assert_eq!(s.first_unstable_offset(), None);

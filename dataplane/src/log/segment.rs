@@ -25,8 +25,14 @@ use super::txn_index::TxnIndex;
 const PAGE_BYTES: u64 = 4096;
 
 enum SegmentData {
-    Active { map: MmapMut, allocated: u64, populated: u64 },
-    Sealed { map: Option<Mmap> },
+    Active {
+        map: MmapMut,
+        allocated: u64,
+        populated: u64,
+    },
+    Sealed {
+        map: Option<Mmap>,
+    },
 }
 
 pub(crate) struct Segment {
@@ -63,7 +69,13 @@ impl Segment {
     /// `writable` it becomes the active segment; `rebuild_indexes` starts its
     /// indexes empty for recovery to refill. Returns whether the index files
     /// looked consistent (whole entries).
-    pub(crate) fn open(dir: &Path, base_offset: i64, config: &LogConfig, writable: bool, rebuild_indexes: bool) -> Result<(Self, bool)> {
+    pub(crate) fn open(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        writable: bool,
+        rebuild_indexes: bool,
+    ) -> Result<(Self, bool)> {
         let log_path = offset_file(dir, base_offset, LOG_SUFFIX);
         let file = OpenOptions::new()
             .read(true)
@@ -125,7 +137,11 @@ impl Segment {
         let map = unsafe { MmapOptions::new().len(len as usize).map_mut(&*self.file) }
             .map_err(LogError::io("mmap", &self.log_path))?;
         let populated = allocated - allocated % PAGE_BYTES;
-        self.data = SegmentData::Active { map, allocated, populated };
+        self.data = SegmentData::Active {
+            map,
+            allocated,
+            populated,
+        };
         Ok(())
     }
 
@@ -187,7 +203,12 @@ impl Segment {
             bigger.segment_bytes = end;
             self.map_active(&bigger, allocated)?;
         }
-        let SegmentData::Active { map, allocated, populated } = &mut self.data else {
+        let SegmentData::Active {
+            map,
+            allocated,
+            populated,
+        } = &mut self.data
+        else {
             panic!("tail_mut on sealed segment {}", self.log_path.display());
         };
         let map_len = map.len() as u64;
@@ -204,11 +225,28 @@ impl Segment {
         Ok(&mut map[self.size as usize..end as usize])
     }
 
+    /// Zeroes [from, to) of the active segment's reserved space (bytes that
+    /// were received or truncated but are not part of the log).
+    pub(crate) fn zero_tail(&mut self, from: u64, to: u64) {
+        if let SegmentData::Active { map, allocated, .. } = &mut self.data {
+            let to = to.min(*allocated);
+            if from < to {
+                map[from as usize..to as usize].fill(0);
+            }
+        }
+    }
+
     /// Records a batch written at `position` (== size) into the index files.
     /// Follows Kafka's `LogSegment.append`: an index entry (batch last
     /// offset, batch position) once more than `index.interval.bytes` have
     /// gone by, and a time-index entry for the max timestamp so far.
-    pub(crate) fn on_batch_committed(&mut self, batch_bytes: u64, last_offset: i64, max_timestamp: i64, config: &LogConfig) -> Result<()> {
+    pub(crate) fn on_batch_committed(
+        &mut self,
+        batch_bytes: u64,
+        last_offset: i64,
+        max_timestamp: i64,
+        config: &LogConfig,
+    ) -> Result<()> {
         debug_assert!(last_offset - self.base_offset <= i64::from(i32::MAX));
         let position = self.size;
         if max_timestamp > self.max_timestamp {
@@ -217,7 +255,8 @@ impl Segment {
         }
         if self.bytes_since_index > config.index_interval_bytes {
             self.index.append(last_offset, position as u32)?;
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+            self.time_index
+                .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
             self.bytes_since_index = 0;
         }
         self.bytes_since_index += batch_bytes;
@@ -233,7 +272,9 @@ impl Segment {
             return last_offset - self.base_offset > i64::from(i32::MAX);
         }
         self.size + batch_bytes > config.segment_bytes
-            || self.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+            || self
+                .first_append_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
             || self.index.is_full()
             || self.time_index.is_full()
             || last_offset - self.base_offset > i64::from(i32::MAX)
@@ -302,7 +343,9 @@ impl Segment {
         let bytes = &self.file_bytes()[position as usize..];
         match BatchIter::new(bytes, u32::MAX >> 1).next() {
             Some(item) => Ok(item?.1),
-            None => Err(LogError::PartialBatch { position: position as usize }),
+            None => Err(LogError::PartialBatch {
+                position: position as usize,
+            }),
         }
     }
 
@@ -310,6 +353,9 @@ impl Segment {
     /// indexes, transaction index entries and timestamps are cut back.
     pub(crate) fn truncate_to_position(&mut self, position: u64, max_batch_bytes: u32) -> Result<()> {
         assert!(position <= self.file_bytes().len() as u64);
+        // Zero what is cut from the active segment: left in place, a crash
+        // would let recovery find those batches again.
+        self.zero_tail(position, self.size);
         self.size = position;
         self.flushed_size = self.flushed_size.min(position);
         self.index.truncate_to_position(position as u32);
@@ -329,10 +375,12 @@ impl Segment {
         (self.max_timestamp, self.offset_of_max_timestamp) = max_ts;
         self.time_index.truncate_to_offset(self.next_offset);
         self.txn_index.truncate_to(self.next_offset)?;
-        self.bytes_since_index = (position - self.index.last_entry().map_or(0, |(_, p)| u64::from(p)))
-            .min(position - last_start as u64);
+        self.bytes_since_index =
+            (position - self.index.last_entry().map_or(0, |(_, p)| u64::from(p))).min(position - last_start as u64);
         if !self.is_active() {
-            self.file.set_len(position).map_err(LogError::io("truncate", &self.log_path))?;
+            self.file
+                .set_len(position)
+                .map_err(LogError::io("truncate", &self.log_path))?;
             self.map_sealed(position)?;
         }
         Ok(())
@@ -371,14 +419,21 @@ impl Segment {
     /// Makes this segment read-only: final time-index entry, flush, trim the
     /// file and index files to their contents.
     pub(crate) fn seal(&mut self) -> Result<()> {
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+        self.time_index
+            .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
         self.flush()?;
         if let SegmentData::Active { .. } = self.data {
             self.data = SegmentData::Sealed { map: None };
         }
-        let file_len = self.file.metadata().map_err(LogError::io("stat", &self.log_path))?.len();
+        let file_len = self
+            .file
+            .metadata()
+            .map_err(LogError::io("stat", &self.log_path))?
+            .len();
         if file_len != self.size {
-            self.file.set_len(self.size).map_err(LogError::io("trim", &self.log_path))?;
+            self.file
+                .set_len(self.size)
+                .map_err(LogError::io("trim", &self.log_path))?;
             self.file.sync_all().map_err(LogError::io("fsync", &self.log_path))?;
         }
         self.map_sealed(self.size)?;
@@ -394,7 +449,11 @@ impl Segment {
         }
         self.index.make_active()?;
         self.time_index.make_active()?;
-        let file_len = self.file.metadata().map_err(LogError::io("stat", &self.log_path))?.len();
+        let file_len = self
+            .file
+            .metadata()
+            .map_err(LogError::io("stat", &self.log_path))?
+            .len();
         self.map_active(config, file_len)?;
         let bytes_after_index = self.size - self.index.last_entry().map_or(0, |(_, p)| u64::from(p));
         self.bytes_since_index = bytes_after_index;
@@ -402,7 +461,15 @@ impl Segment {
     }
 
     pub(crate) fn delete(self) -> Result<()> {
-        let Self { log_path, index, time_index, txn_index, data, file, .. } = self;
+        let Self {
+            log_path,
+            index,
+            time_index,
+            txn_index,
+            data,
+            file,
+            ..
+        } = self;
         drop(data);
         drop(file);
         index.delete()?;
@@ -438,7 +505,11 @@ fn populate(map: &MmapMut, from: u64, to: u64) {
     // SAFETY: the range lies inside the mapping; madvise does not change
     // the mapping's contents.
     let rc = unsafe {
-        libc::madvise(map.as_ptr().add(from as usize) as *mut libc::c_void, (to - from) as usize, libc::MADV_POPULATE_WRITE)
+        libc::madvise(
+            map.as_ptr().add(from as usize) as *mut libc::c_void,
+            (to - from) as usize,
+            libc::MADV_POPULATE_WRITE,
+        )
     };
     if rc != 0 {
         // Kernels before 5.14 lack it; pages then fault in on first write.

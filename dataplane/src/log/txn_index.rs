@@ -58,7 +58,12 @@ pub(crate) struct TxnIndex {
 impl TxnIndex {
     /// Loads the index; a torn or unreadable tail is dropped (and rewritten).
     pub(crate) fn open(path: PathBuf) -> Result<Self> {
-        let mut index = Self { path, file: None, entries: Vec::new(), dirty: false };
+        let mut index = Self {
+            path,
+            file: None,
+            entries: Vec::new(),
+            dirty: false,
+        };
         let bytes = match std::fs::read(&index.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(index),
@@ -90,7 +95,9 @@ impl TxnIndex {
 
     pub(crate) fn append(&mut self, txn: AbortedTxn) -> Result<()> {
         let path = self.path.clone();
-        self.file()?.write_all(&txn.encode()).map_err(LogError::io("append", &path))?;
+        self.file()?
+            .write_all(&txn.encode())
+            .map_err(LogError::io("append", &path))?;
         self.entries.push(txn);
         self.dirty = true;
         Ok(())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what ringmirror's tests need on a fresh Debian machine with the
+# Rust toolchain: a C toolchain for librdkafka (built from source by the
+# rdkafka crate), and the Python Kafka clients the interop tests drive.
+# Idempotent: installs only what is missing.
+set -euo pipefail
+
+apt_packages=(build-essential pkg-config zlib1g-dev python3)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# kafka-python reads and writes record batches in the interop tests; lz4,
+# python-snappy and zstandard give it every compression codec.
+py_modules=(kafka lz4 snappy zstandard)
+py_packages=(kafka-python lz4 python-snappy zstandard)
+if ! python3 -c "import $(IFS=,; echo "${py_modules[*]}")" 2>/dev/null; then
+  echo "setup: installing Python packages: ${py_packages[*]}"
+  python3 -m pip install --quiet --disable-pip-version-check "${py_packages[@]}"
+fi
+echo "setup: done"
