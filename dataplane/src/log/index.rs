@@ -150,13 +150,18 @@ fn rel(bytes: &[u8]) -> u32 {
     u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"))
 }
 
-/// `.index`: relative offset → byte position of a batch in the segment.
-pub(crate) struct OffsetIndex {
+/// An index file plus the base offset its relative offsets count from.
+pub(crate) struct SparseIndex<const N: usize> {
     base_offset: i64,
-    file: IndexFile<8>,
+    file: IndexFile<N>,
 }
 
-impl OffsetIndex {
+/// `.index`: relative offset → byte position of a batch in the segment.
+pub(crate) type OffsetIndex = SparseIndex<8>;
+/// `.timeindex`: timestamp → relative offset, with timestamps increasing.
+pub(crate) type TimeIndex = SparseIndex<12>;
+
+impl<const N: usize> SparseIndex<N> {
     pub(crate) fn open(
         path: &Path,
         base_offset: i64,
@@ -168,11 +173,38 @@ impl OffsetIndex {
         Ok((Self { base_offset, file }, ok))
     }
 
+    fn relative(&self, offset: i64) -> u32 {
+        u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow")
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.file.truncate_entries(0);
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.file.len()
+    }
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.file.seal()
+    }
+    pub(crate) fn make_active(&mut self) -> Result<()> {
+        self.file.make_active()
+    }
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.file.flush()
+    }
+    pub(crate) fn delete(self) -> Result<()> {
+        self.file.delete()
+    }
+}
+
+impl OffsetIndex {
     pub(crate) fn append(&mut self, offset: i64, position: u32) -> Result<()> {
-        let relative =
-            u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
         let mut entry = [0u8; 8];
-        entry[..4].copy_from_slice(&relative.to_be_bytes());
+        entry[..4].copy_from_slice(&self.relative(offset).to_be_bytes());
         entry[4..].copy_from_slice(&position.to_be_bytes());
         self.file.push(entry)
     }
@@ -200,49 +232,9 @@ impl OffsetIndex {
         let keep = self.file.last_where(|e| rel(&e[4..]) < position).map_or(0, |i| i + 1);
         self.file.truncate_entries(keep);
     }
-
-    pub(crate) fn clear(&mut self) {
-        self.file.truncate_entries(0);
-    }
-    pub(crate) fn is_full(&self) -> bool {
-        self.file.is_full()
-    }
-    #[cfg(test)]
-    pub(crate) fn entries(&self) -> usize {
-        self.file.len()
-    }
-    pub(crate) fn seal(&mut self) -> Result<()> {
-        self.file.seal()
-    }
-    pub(crate) fn make_active(&mut self) -> Result<()> {
-        self.file.make_active()
-    }
-    pub(crate) fn flush(&self) -> Result<()> {
-        self.file.flush()
-    }
-    pub(crate) fn delete(self) -> Result<()> {
-        self.file.delete()
-    }
-}
-
-/// `.timeindex`: timestamp → relative offset, with timestamps increasing.
-pub(crate) struct TimeIndex {
-    base_offset: i64,
-    file: IndexFile<12>,
 }
 
 impl TimeIndex {
-    pub(crate) fn open(
-        path: &Path,
-        base_offset: i64,
-        max_bytes: u64,
-        active: bool,
-        rebuild: bool,
-    ) -> Result<(Self, bool)> {
-        let (file, ok) = IndexFile::open(path.to_owned(), max_bytes, active, rebuild.then_some(0))?;
-        Ok((Self { base_offset, file }, ok))
-    }
-
     fn at(&self, i: usize) -> (i64, i64) {
         let e = self.file.entry(i);
         (
@@ -266,11 +258,9 @@ impl TimeIndex {
         {
             return Ok(());
         }
-        let relative =
-            u32::try_from(offset - self.base_offset).expect("segment rolls before relative offsets overflow");
         let mut entry = [0u8; 12];
         entry[..8].copy_from_slice(&timestamp.to_be_bytes());
-        entry[8..].copy_from_slice(&relative.to_be_bytes());
+        entry[8..].copy_from_slice(&self.relative(offset).to_be_bytes());
         self.file.push(entry)
     }
 
@@ -294,25 +284,6 @@ impl TimeIndex {
             .last_where(|e| i64::from(rel(&e[8..])) < target)
             .map_or(0, |i| i + 1);
         self.file.truncate_entries(keep);
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.file.truncate_entries(0);
-    }
-    pub(crate) fn is_full(&self) -> bool {
-        self.file.is_full()
-    }
-    pub(crate) fn seal(&mut self) -> Result<()> {
-        self.file.seal()
-    }
-    pub(crate) fn make_active(&mut self) -> Result<()> {
-        self.file.make_active()
-    }
-    pub(crate) fn flush(&self) -> Result<()> {
-        self.file.flush()
-    }
-    pub(crate) fn delete(self) -> Result<()> {
-        self.file.delete()
     }
 }
 

@@ -702,19 +702,26 @@ impl PartitionLog {
     }
 
     /// Aborted transactions overlapping [`from_offset`, `upper_bound`), as
-    /// READ_COMMITTED Fetch responses list them.
+    /// READ_COMMITTED Fetch responses list them. An entry sits in the
+    /// segment of its ABORT marker, which may come after `upper_bound`, so
+    /// the scan goes on (as Kafka's `collectAbortedTransactions`) until an
+    /// entry's last stable offset shows no earlier transaction is still open.
     pub fn aborted_transactions(&self, from_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
         let start = self
             .segments
             .range(..=from_offset)
             .next_back()
             .map_or(i64::MIN, |(&b, _)| b);
-        self.segments
-            .range(start..upper_bound.max(start))
-            .flat_map(|(_, s)| s.txn_index.entries())
-            .filter(|t| t.last_offset >= from_offset && t.first_offset < upper_bound)
-            .copied()
-            .collect()
+        let mut out = Vec::new();
+        for txn in self.segments.range(start..).flat_map(|(_, s)| s.txn_index.entries()) {
+            if txn.last_offset >= from_offset && txn.first_offset < upper_bound {
+                out.push(*txn);
+            }
+            if txn.last_stable_offset >= upper_bound {
+                break;
+            }
+        }
+        out
     }
 
     /// Removes every batch holding an offset ≥ `offset`. A batch straddling
