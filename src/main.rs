@@ -1,9 +1,9 @@
 //! The `ringmirror` command: CLI entry point and wiring.
 //!
-//! Subcommands so far: `selfcheck` (the embedded default: writes a
-//! partition log, kills the writer mid-append, recovers and verifies) and
-//! `dump-log` (prints a segment file's batches, like Kafka's
-//! `kafka-dump-log.sh`).
+//! Subcommands: `run` (the mirroring agent), `selfcheck` (the embedded
+//! default: writes a partition log, kills the writer mid-append, recovers
+//! and verifies) and `dump-log` (prints a segment file's batches, like
+//! Kafka's `kafka-dump-log.sh`).
 
 mod dump_log;
 mod selfcheck;
@@ -26,6 +26,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Mirror the configured topics until SIGINT/SIGTERM, then stop cleanly.
+    Run {
+        /// The agent's TOML configuration.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Write a partition log in a child process, SIGKILL it mid-append,
     /// tear the tail, recover, and verify every acknowledged batch.
     Selfcheck {
@@ -49,6 +55,36 @@ enum Command {
     },
 }
 
+/// Runs the agent until SIGINT or SIGTERM, logging a status line now and then.
+fn run(config_path: &std::path::Path) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+    let config = ringmirror::config::AgentConfig::load(config_path)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let agent = ringmirror::agent::Agent::start(config)?;
+    let mut last_status = std::time::Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if last_status.elapsed() >= STATUS_INTERVAL {
+            last_status = std::time::Instant::now();
+            let status = agent.status();
+            let lag: i64 = status
+                .values()
+                .map(|s| (s.high_watermark - s.log_end_offset).max(0))
+                .sum();
+            let stopped = status.values().filter(|s| s.stopped.is_some()).count();
+            tracing::info!(partitions = status.len(), total_lag = lag, stopped, "mirroring");
+        }
+    }
+    tracing::info!("signal received; stopping");
+    agent.stop()
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -58,6 +94,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run { config } => run(&config),
         Command::Selfcheck {
             child_writer: Some(dir),
             size_mb,

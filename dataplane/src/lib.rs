@@ -9,4 +9,8 @@
 //! through the types exported here.
 
 pub mod batch;
+pub mod client;
+pub mod fetch;
 pub mod log;
+pub mod shard;
+pub mod wire;

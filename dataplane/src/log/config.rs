@@ -1,7 +1,9 @@
 //! Per-log settings, named after Kafka's topic configs where one exists.
 
-/// Settings of one partition log. Defaults follow Kafka's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Settings of one partition log. Defaults follow Kafka's. Deserializes
+/// from the agent's `[log]` table (Kafka's names, with underscores).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would grow past this.
     pub segment_bytes: u64,

@@ -143,6 +143,12 @@ impl LogDir {
         })
     }
 
+    /// Records a partition's recovery point and log start for the next checkpoint.
+    pub fn record_offsets(&mut self, tp: &TopicPartition, recovery_point: i64, log_start_offset: i64) {
+        self.recovery_points.insert(tp.clone(), recovery_point);
+        self.log_starts.insert(tp.clone(), log_start_offset);
+    }
+
     /// Records the logs' recovery points and log starts, and writes both
     /// checkpoint files.
     pub fn checkpoint<'a>(
@@ -150,9 +156,12 @@ impl LogDir {
         logs: impl IntoIterator<Item = (&'a TopicPartition, &'a PartitionLog)>,
     ) -> Result<()> {
         for (tp, log) in logs {
-            self.recovery_points.insert(tp.clone(), log.recovery_point());
-            self.log_starts.insert(tp.clone(), log.log_start_offset());
+            self.record_offsets(tp, log.recovery_point(), log.log_start_offset());
         }
+        self.write_checkpoints()
+    }
+
+    fn write_checkpoints(&self) -> Result<()> {
         let lines = |m: &BTreeMap<TopicPartition, i64>| {
             m.iter()
                 .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
@@ -168,21 +177,22 @@ impl LogDir {
         self.log_starts.remove(tp);
     }
 
-    /// Clean shutdown: closes every log, writes the checkpoints, then the
-    /// marker — in that order, so the marker never vouches for unsaved state.
+    /// Clean shutdown of a directory whose logs are all closed and whose
+    /// offsets were recorded: writes the checkpoints, then the marker — in
+    /// that order, so the marker never vouches for unsaved state.
+    pub fn mark_clean_shutdown(self) -> Result<()> {
+        self.write_checkpoints()?;
+        write_atomically(&self.path.join(CLEAN_SHUTDOWN_MARKER), b"")
+    }
+
+    /// Clean shutdown: closes every log, then [`Self::mark_clean_shutdown`].
     pub fn close(mut self, logs: Vec<(TopicPartition, PartitionLog)>, now_ms: u64) -> Result<()> {
-        let mut closed = Vec::with_capacity(logs.len());
         for (tp, mut log) in logs {
             log.flush(now_ms)?;
-            closed.push((tp.clone(), log.recovery_point(), log.log_start_offset()));
+            self.record_offsets(&tp, log.recovery_point(), log.log_start_offset());
             log.close(now_ms)?;
         }
-        for (tp, recovery_point, log_start) in closed {
-            self.recovery_points.insert(tp.clone(), recovery_point);
-            self.log_starts.insert(tp, log_start);
-        }
-        self.checkpoint(std::iter::empty())?;
-        write_atomically(&self.path.join(CLEAN_SHUTDOWN_MARKER), b"")
+        self.mark_clean_shutdown()
     }
 }
 

@@ -1,0 +1,15 @@
+//! A Kafka protocol client on a glommio executor: connections with
+//! size-prefixed framing and correlation ids, ApiVersions negotiation, and
+//! the few requests the mirror needs (Metadata, ListOffsets,
+//! OffsetForLeaderEpoch, Fetch). Schemas come from the `kafka-protocol`
+//! crate; Fetch responses are read as a stream (see [`crate::wire`]) so
+//! record bytes can go straight into the log.
+
+mod connection;
+mod error;
+pub mod error_codes;
+mod requests;
+
+pub use connection::{Connection, ConnectionOptions};
+pub use error::ClientError;
+pub use requests::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, list_offset};

@@ -1,0 +1,38 @@
+//! What a shard reports about its partitions (to the agent now, to the
+//! control plane later). Sent over a channel; never blocks the data plane.
+
+use crate::log::TopicPartition;
+
+/// Why a partition stopped appending until told to go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// A batch carried a leader epoch above the epoch we fetched with (the
+    /// KAFKA-18723 rule): the destination epoch must be bumped first.
+    EpochExceeded { batch_epoch: i32, fetch_epoch: i32 },
+    /// The log could not be written (a full disk, an I/O error).
+    LogFailed { error: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// Progress of a partition after appends.
+    Progress {
+        mirror: String,
+        tp: TopicPartition,
+        log_end_offset: i64,
+        high_watermark: i64,
+    },
+    /// The log was truncated to converge with the source.
+    Truncated {
+        mirror: String,
+        tp: TopicPartition,
+        to_offset: i64,
+        reason: &'static str,
+    },
+    /// The partition stopped appending.
+    Stopped {
+        mirror: String,
+        tp: TopicPartition,
+        reason: StopReason,
+    },
+}

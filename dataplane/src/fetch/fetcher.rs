@@ -1,0 +1,560 @@
+//! One fetcher per (shard, source broker, mirror): owns a connection to the
+//! broker and the partitions it leads, and runs the fetch loop — the hot
+//! path. Each Fetch response is parsed as a stream: small fields from the
+//! connection's buffer, each partition's records received straight into
+//! that partition's log tail, validated in place, committed as whole
+//! batches. Nothing in a batch is rewritten, nothing is decoded past the
+//! batch header, and no lock is taken.
+//!
+//! A partition that needs new metadata (leader moved, fenced epoch, broker
+//! unreachable) is handed back to the supervisor with the reason.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::batch::{BatchErrorKind, BatchIter, Validation, validate_batches};
+use crate::client::{
+    ClientError, Connection, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, error_codes, list_offset,
+};
+use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
+
+use super::events::{ShardEvent, StopReason};
+use super::partition::MirrorPartition;
+use super::supervisor::{MirrorSettings, now_ms};
+
+/// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
+const FETCH_VERSION_MIN: i16 = 4;
+const FETCH_VERSION_MAX: i16 = 16;
+/// Before v13, topics are named; from v13 on, identified by topic id.
+const FETCH_VERSION_TOPIC_IDS: i16 = 13;
+/// Consecutive connection failures before the partitions go back for new metadata.
+const CONNECT_ATTEMPTS_MAX: u32 = 3;
+/// Progress events per partition at most this often.
+const PROGRESS_INTERVAL_MS: u64 = 1000;
+
+/// Bytes of whole batches at the front of `received` that lie entirely
+/// below `log_end`, and the base offset of a batch that straddles it.
+fn leading_batches_below(received: &[u8], log_end: i64, max_batch_bytes: u32) -> (usize, Option<i64>) {
+    let mut skip = 0;
+    for (position, batch) in BatchIter::new(received, max_batch_bytes).map_while(Result::ok) {
+        if batch.last_offset() < log_end {
+            skip = position + batch.size_bytes();
+            continue;
+        }
+        if batch.base_offset() < log_end {
+            return (skip, Some(batch.base_offset()));
+        }
+        break;
+    }
+    (skip, None)
+}
+
+/// Why a partition left its fetcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReturnReason {
+    /// Leader or epoch may have changed: refresh metadata and place again.
+    Metadata,
+    /// The broker could not be reached.
+    BrokerUnreachable,
+    /// The shard is stopping.
+    Stopping,
+}
+
+pub(crate) struct Returned {
+    pub partition: MirrorPartition,
+    pub reason: ReturnReason,
+}
+
+/// Partitions handed back to the supervisor (same shard, same thread).
+pub(crate) type Returns = Rc<RefCell<Vec<Returned>>>;
+
+/// What the supervisor holds of a running fetcher.
+pub(crate) struct FetcherHandle {
+    /// Partitions placed on this fetcher, picked up before its next fetch.
+    pub inbox: Rc<RefCell<Vec<MirrorPartition>>>,
+    /// False once the fetcher has returned everything and ended.
+    pub alive: Rc<Cell<bool>>,
+}
+
+pub(crate) struct Fetcher {
+    pub broker_id: i32,
+    pub addr: String,
+    pub settings: Rc<MirrorSettings>,
+    pub inbox: Rc<RefCell<Vec<MirrorPartition>>>,
+    pub alive: Rc<Cell<bool>>,
+    pub returns: Returns,
+    pub events: async_channel::Sender<ShardEvent>,
+    pub stop: Rc<Cell<bool>>,
+}
+
+/// What the response said that must be acted on after it is fully read.
+#[derive(Default)]
+struct AfterResponse {
+    out_of_range: Vec<usize>,
+    give_back: Vec<usize>,
+}
+
+impl Fetcher {
+    fn give_back(&self, partition: MirrorPartition, reason: ReturnReason) {
+        self.returns.borrow_mut().push(Returned { partition, reason });
+    }
+
+    fn event(&self, event: ShardEvent) {
+        // Events are advisory: a full or closed channel must not stall fetching.
+        let _ = self.events.try_send(event);
+    }
+
+    pub(crate) async fn run(self) {
+        let mut partitions: Vec<MirrorPartition> = Vec::new();
+        let mut conn: Option<Connection> = None;
+        let mut connect_failures = 0u32;
+        loop {
+            partitions.append(&mut self.inbox.borrow_mut());
+            if self.stop.get() || partitions.is_empty() {
+                // No await between this check and `alive = false`, so the
+                // supervisor never places a partition on an ending fetcher.
+                self.alive.set(false);
+                for p in partitions.drain(..) {
+                    self.give_back(p, ReturnReason::Stopping);
+                }
+                return;
+            }
+            let c = match &mut conn {
+                Some(c) => c,
+                None => match Connection::connect(&self.addr, self.settings.connection.clone()).await {
+                    Ok(c) => {
+                        connect_failures = 0;
+                        conn.insert(c)
+                    }
+                    Err(e) => {
+                        connect_failures += 1;
+                        tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "cannot connect to source broker");
+                        if connect_failures >= CONNECT_ATTEMPTS_MAX {
+                            for p in partitions.drain(..) {
+                                self.give_back(p, ReturnReason::BrokerUnreachable);
+                            }
+                            continue;
+                        }
+                        glommio::timer::sleep(self.settings.backoff(connect_failures)).await;
+                        continue;
+                    }
+                },
+            };
+            if let Err(e) = self.converge_new_partitions(c, &mut partitions).await {
+                tracing::warn!(broker = self.broker_id, error = %e, "truncation check failed; reconnecting");
+                conn = None;
+                continue;
+            }
+            if partitions.iter().all(|p| p.stopped) {
+                // Nothing to fetch until told to go on; wait without spinning.
+                glommio::timer::sleep(Duration::from_millis(self.settings.fetch_max_wait_ms)).await;
+                continue;
+            }
+            match self.fetch_once(c, &mut partitions).await {
+                Ok(after) => {
+                    if let Err(e) = self.act_after_response(c, &mut partitions, after).await {
+                        tracing::warn!(broker = self.broker_id, error = %e, "follow-up request failed; reconnecting");
+                        conn = None;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "fetch failed; reconnecting");
+                    conn = None;
+                    connect_failures += 1;
+                    glommio::timer::sleep(self.settings.backoff(connect_failures)).await;
+                }
+            }
+        }
+    }
+
+    /// Replication truncation for partitions just placed here: ask the
+    /// source where our latest epoch ends and cut anything past it.
+    async fn converge_new_partitions(
+        &self,
+        c: &mut Connection,
+        partitions: &mut Vec<MirrorPartition>,
+    ) -> Result<(), ClientError> {
+        let mut i = 0;
+        while i < partitions.len() {
+            let p = &mut partitions[i];
+            if !p.needs_truncation_check {
+                i += 1;
+                continue;
+            }
+            let Some(latest) = p.log.epoch_cache().latest() else {
+                p.needs_truncation_check = false;
+                i += 1;
+                continue;
+            };
+            let answer = match end_offset_for_epoch(c, p.tp(), p.fetch_epoch, latest.epoch).await {
+                Err(ClientError::NoCommonVersion { .. }) => {
+                    tracing::info!(partition = %p.key, "source does not answer OffsetForLeaderEpoch; skipping the truncation check");
+                    Ok((-1, -1))
+                }
+                other => other?,
+            };
+            match answer {
+                Ok((epoch, end_offset)) => {
+                    p.needs_truncation_check = false;
+                    if epoch >= 0 && end_offset >= 0 {
+                        let (_, ours) = p.log.end_offset_for_epoch(epoch);
+                        let target = end_offset.min(if ours >= 0 { ours } else { end_offset });
+                        self.truncate(p, target, "source epoch ends earlier");
+                    }
+                    i += 1;
+                }
+                Err(code) if error_codes::needs_metadata(code) => {
+                    let p = partitions.swap_remove(i);
+                    self.give_back(p, ReturnReason::Metadata);
+                }
+                Err(code) => {
+                    tracing::warn!(partition = %p.key, code, "OffsetForLeaderEpoch failed; will retry");
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn truncate(&self, p: &mut MirrorPartition, target: i64, reason: &'static str) {
+        if target >= p.log.log_end_offset() {
+            return;
+        }
+        tracing::info!(partition = %p.key, from = p.log.log_end_offset(), to = target, reason, "truncating to converge with the source");
+        match p.log.truncate_to(target) {
+            Ok(()) => self.event(ShardEvent::Truncated {
+                mirror: p.key.mirror.clone(),
+                tp: p.key.tp.clone(),
+                to_offset: p.log.log_end_offset(),
+                reason,
+            }),
+            Err(e) => self.stop_partition(p, StopReason::LogFailed { error: e.to_string() }),
+        }
+    }
+
+    fn stop_partition(&self, p: &mut MirrorPartition, reason: StopReason) {
+        tracing::error!(partition = %p.key, ?reason, "partition stops appending");
+        p.stopped = true;
+        self.event(ShardEvent::Stopped {
+            mirror: p.key.mirror.clone(),
+            tp: p.key.tp.clone(),
+            reason,
+        });
+    }
+
+    fn build_request(&self, version: i16, partitions: &[MirrorPartition]) -> FetchRequest {
+        let s = &self.settings;
+        let mut request = FetchRequest::default();
+        request.replica_id = (-1).into();
+        request.max_wait_ms = s.fetch_max_wait_ms as i32;
+        request.min_bytes = s.fetch_min_bytes;
+        request.max_bytes = s.fetch_max_bytes;
+        request.isolation_level = 0;
+        request.session_id = 0;
+        request.session_epoch = -1;
+        for p in partitions.iter().filter(|p| !p.stopped) {
+            let mut fp = FetchPartition::default();
+            fp.partition = p.key.tp.partition;
+            fp.current_leader_epoch = p.fetch_epoch;
+            fp.fetch_offset = p.log.log_end_offset();
+            fp.last_fetched_epoch = p.log.epoch_cache().latest().map_or(-1, |e| e.epoch);
+            fp.log_start_offset = -1;
+            fp.partition_max_bytes = s.fetch_partition_max_bytes;
+            let same_topic = |t: &FetchTopic| {
+                if version >= FETCH_VERSION_TOPIC_IDS {
+                    *t.topic_id.as_bytes() == p.key.topic_id
+                } else {
+                    t.topic.0.as_str() == p.key.tp.topic
+                }
+            };
+            match request.topics.iter_mut().find(|t| same_topic(t)) {
+                Some(t) => t.partitions.push(fp),
+                None => {
+                    let mut t = FetchTopic::default();
+                    t.topic = TopicName(StrBytes::from_string(p.key.tp.topic.clone()));
+                    t.topic_id = uuid::Uuid::from_bytes(p.key.topic_id);
+                    t.partitions.push(fp);
+                    request.topics.push(t);
+                }
+            }
+        }
+        request
+    }
+
+    /// One Fetch round trip, ingesting as the response streams in.
+    async fn fetch_once(
+        &self,
+        c: &mut Connection,
+        partitions: &mut [MirrorPartition],
+    ) -> Result<AfterResponse, ClientError> {
+        let mut version = c.version_for::<FetchRequest>(FETCH_VERSION_MIN, FETCH_VERSION_MAX)?;
+        if partitions.iter().any(|p| p.key.topic_id == [0; 16]) {
+            version = version.min(FETCH_VERSION_TOPIC_IDS - 1);
+        }
+        let request = self.build_request(version, partitions);
+        let correlation_id = c.send(&request, version).await?;
+        let frame_len = c.read_frame_len().await?;
+        let decode = |reason: String| ClientError::Decode {
+            addr: self.addr.clone(),
+            api: "Fetch",
+            version,
+            reason,
+        };
+        let mut reader = FetchResponseReader::new(version, frame_len).map_err(|e| decode(e.to_string()))?;
+        let mut after = AfterResponse::default();
+        let mut current: Option<usize> = None;
+        loop {
+            let (consumed, step) = reader.advance(c.buffered()).map_err(|e| decode(e.to_string()))?;
+            c.consume(consumed);
+            match step {
+                FetchStep::NeedMore => {
+                    let unread = reader.remaining().saturating_sub(c.buffered().len());
+                    if unread == 0 {
+                        return Err(decode("response ended early".into()));
+                    }
+                    c.fill(unread).await?;
+                }
+                FetchStep::Header => {
+                    let h = reader.header();
+                    if h.correlation_id != correlation_id {
+                        return Err(ClientError::CorrelationMismatch {
+                            addr: self.addr.clone(),
+                            expected: correlation_id,
+                            got: h.correlation_id,
+                        });
+                    }
+                    if h.error_code != error_codes::NONE {
+                        return Err(ClientError::ErrorCode {
+                            addr: self.addr.clone(),
+                            api: "Fetch",
+                            code: h.error_code,
+                        });
+                    }
+                }
+                FetchStep::Topic => {}
+                FetchStep::Records { records_len } => {
+                    let fields = reader.partition();
+                    let index = {
+                        let topic = reader.topic();
+                        partitions.iter().position(|p| {
+                            p.key.tp.partition == fields.partition_index
+                                && match topic {
+                                    TopicRef::Name(name) => p.key.tp.topic == name,
+                                    TopicRef::Id(id) => p.key.topic_id == id,
+                                }
+                        })
+                    };
+                    current = index;
+                    match index {
+                        Some(i)
+                            if fields.error_code == error_codes::NONE && !partitions[i].stopped && records_len > 0 =>
+                        {
+                            self.ingest(c, &mut partitions[i], records_len).await?;
+                        }
+                        _ => c.skip(records_len).await?,
+                    }
+                    reader.records_consumed();
+                }
+                FetchStep::PartitionEnd => {
+                    if let Some(i) = current.take() {
+                        self.on_partition_end(&reader, &mut partitions[i], i, &mut after);
+                    }
+                }
+                FetchStep::Done => return Ok(after),
+            }
+        }
+    }
+
+    /// Receives `len` record bytes into the partition's log tail, validates
+    /// them in place and commits the whole, valid batches.
+    async fn ingest(&self, c: &mut Connection, p: &mut MirrorPartition, len: usize) -> Result<(), ClientError> {
+        let now = now_ms();
+        let tail = match p.log.tail_mut(len, now) {
+            Ok(tail) => tail,
+            Err(e) => {
+                c.skip(len).await?;
+                self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                return Ok(());
+            }
+        };
+        c.read_exact_into(tail).await?;
+        let log_end = p.log.log_end_offset();
+        let max_batch_bytes = p.log.config().max_batch_bytes;
+        let last_epoch = p.log.epoch_cache().latest().map(|e| e.epoch);
+        // A batch may start below the fetch offset: drop whole batches
+        // below it; one that straddles it on an empty log moves our start.
+        let (skip, straddling_base) =
+            leading_batches_below(p.log.tail_mut(len, now).expect("same region"), log_end, max_batch_bytes);
+        if let Some(base) = straddling_base {
+            if p.log.log_start_offset() == log_end {
+                tracing::info!(partition = %p.key, from = log_end, to = base, "first batch starts below the fetch offset; starting the log at its base");
+                if let Err(e) = p.log.truncate_fully_and_start_at(base) {
+                    self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                }
+            } else {
+                tracing::warn!(partition = %p.key, base, log_end, "batch straddles our log end; checking for divergence");
+                p.needs_truncation_check = true;
+                p.log.commit_tail(0, len, now).ok();
+            }
+            return Ok(());
+        }
+        let tail = p.log.tail_mut(len, now).expect("same region");
+        if skip > 0 {
+            tail.copy_within(skip..len, 0);
+        }
+        let range = validate_batches(
+            &tail[..len - skip],
+            &Validation {
+                next_offset: log_end,
+                max_batch_bytes,
+                fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
+                last_epoch,
+            },
+        );
+        if let Err(e) = p.log.commit_tail(range.valid_bytes, len, now) {
+            self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+            return Ok(());
+        }
+        if range.batches > 0 {
+            p.failures = 0;
+        }
+        if let Some(error) = range.error {
+            match error.kind {
+                BatchErrorKind::EpochAboveFetchEpoch { epoch, fetch_epoch } => self.stop_partition(
+                    p,
+                    StopReason::EpochExceeded {
+                        batch_epoch: epoch,
+                        fetch_epoch,
+                    },
+                ),
+                BatchErrorKind::EpochDecreased { .. } => {
+                    tracing::warn!(partition = %p.key, %error, "source epochs went backwards; checking for divergence");
+                    p.needs_truncation_check = true;
+                }
+                _ => {
+                    // A corrupt batch is never appended; the next fetch asks
+                    // for the same offset again.
+                    p.failures += 1;
+                    tracing::warn!(partition = %p.key, %error, failures = p.failures, "refusing a bad batch from the source; will fetch it again");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports progress at most once per interval, and always when the
+    /// partition has just caught up with the source.
+    fn report_progress(&self, p: &mut MirrorPartition) {
+        let now = now_ms();
+        let end = p.log.log_end_offset();
+        let caught_up = end >= p.high_watermark && end != p.last_progress_offset;
+        if caught_up
+            || (end != p.last_progress_offset && now.saturating_sub(p.last_progress_ms) >= PROGRESS_INTERVAL_MS)
+        {
+            p.last_progress_ms = now;
+            p.last_progress_offset = end;
+            self.event(ShardEvent::Progress {
+                mirror: p.key.mirror.clone(),
+                tp: p.key.tp.clone(),
+                log_end_offset: end,
+                high_watermark: p.high_watermark,
+            });
+        }
+    }
+
+    /// Acts on a partition's response fields once its records are in.
+    fn on_partition_end(
+        &self,
+        reader: &FetchResponseReader,
+        p: &mut MirrorPartition,
+        index: usize,
+        after: &mut AfterResponse,
+    ) {
+        let fields = reader.partition();
+        match fields.error_code {
+            error_codes::NONE => {
+                p.high_watermark = fields.high_watermark;
+                if fields.log_start_offset > p.log.log_start_offset() {
+                    // Retention at the source: follow its log start.
+                    if let Err(e) = p.log.advance_log_start(fields.log_start_offset) {
+                        self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                    }
+                }
+                if let Some((epoch, end_offset)) = fields.diverging_epoch {
+                    let (_, ours) = p.log.end_offset_for_epoch(epoch);
+                    let target = if ours >= 0 { end_offset.min(ours) } else { end_offset };
+                    self.truncate(p, target, "source reported a diverging epoch");
+                }
+                self.report_progress(p);
+            }
+            error_codes::OFFSET_OUT_OF_RANGE => after.out_of_range.push(index),
+            code if error_codes::needs_metadata(code) => {
+                tracing::info!(partition = %p.key, code, "source says leader or epoch changed");
+                after.give_back.push(index);
+            }
+            code => {
+                p.failures += 1;
+                tracing::warn!(partition = %p.key, code, failures = p.failures, "fetch error for partition");
+                if p.failures >= 3 {
+                    after.give_back.push(index);
+                }
+            }
+        }
+    }
+
+    /// Handles what needs more requests: out-of-range partitions (retention
+    /// passed us, or the source was truncated below us), then partitions
+    /// that go back for metadata.
+    async fn act_after_response(
+        &self,
+        c: &mut Connection,
+        partitions: &mut Vec<MirrorPartition>,
+        after: AfterResponse,
+    ) -> Result<(), ClientError> {
+        let mut give_back = after.give_back;
+        for &i in &after.out_of_range {
+            let p = &mut partitions[i];
+            let earliest = list_offset(c, p.tp(), p.fetch_epoch, EARLIEST_TIMESTAMP).await?;
+            let latest = list_offset(c, p.tp(), p.fetch_epoch, LATEST_TIMESTAMP).await?;
+            match (earliest, latest) {
+                (Ok(start), Ok(end)) => {
+                    let ours = p.log.log_end_offset();
+                    if ours < start {
+                        tracing::info!(partition = %p.key, ours, source_start = start, "behind the source's log start; restarting there");
+                        match p.log.truncate_fully_and_start_at(start) {
+                            Ok(()) => self.event(ShardEvent::Truncated {
+                                mirror: p.key.mirror.clone(),
+                                tp: p.key.tp.clone(),
+                                to_offset: start,
+                                reason: "behind the source's log start",
+                            }),
+                            Err(e) => self.stop_partition(p, StopReason::LogFailed { error: e.to_string() }),
+                        }
+                    } else if ours > end {
+                        self.truncate(p, end, "ahead of the source's log end");
+                    }
+                }
+                (earliest, latest) => {
+                    let code = earliest.err().or(latest.err()).unwrap_or(error_codes::NONE);
+                    if error_codes::needs_metadata(code) {
+                        give_back.push(i);
+                    } else {
+                        tracing::warn!(partition = %p.key, code, "ListOffsets failed after OFFSET_OUT_OF_RANGE");
+                    }
+                }
+            }
+        }
+        give_back.sort_unstable();
+        give_back.dedup();
+        for i in give_back.into_iter().rev() {
+            let p = partitions.swap_remove(i);
+            self.give_back(p, ReturnReason::Metadata);
+        }
+        Ok(())
+    }
+}

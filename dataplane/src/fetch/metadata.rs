@@ -1,0 +1,83 @@
+//! Source cluster metadata: brokers, partition leaders and leader epochs,
+//! topic ids and the cluster id, from a Metadata request.
+
+use std::collections::HashMap;
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::client::{ClientError, Connection};
+use crate::log::TopicPartition;
+
+/// Where a source partition lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePartition {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub topic_id: [u8; 16],
+    pub error_code: i16,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SourceMetadata {
+    pub cluster_id: Option<String>,
+    /// Broker id → "host:port".
+    pub brokers: HashMap<i32, String>,
+    pub partitions: HashMap<TopicPartition, SourcePartition>,
+    /// Topic → (topic id, partition count), for discovery.
+    pub topics: HashMap<String, ([u8; 16], i32)>,
+}
+
+/// Asks for metadata of `topics` (all topics when `None`).
+pub async fn fetch_source_metadata(
+    conn: &mut Connection,
+    topics: Option<&[String]>,
+) -> Result<SourceMetadata, ClientError> {
+    let version = conn.version_for::<MetadataRequest>(1, 12)?;
+    let mut request = MetadataRequest::default();
+    request.allow_auto_topic_creation = false;
+    request.topics = topics.map(|names| {
+        names
+            .iter()
+            .map(|n| {
+                let mut t = MetadataRequestTopic::default();
+                t.name = Some(TopicName(StrBytes::from_string(n.clone())));
+                t
+            })
+            .collect()
+    });
+    let response = conn.request(&request, version).await?;
+    let mut out = SourceMetadata {
+        cluster_id: response.cluster_id.map(|c| c.to_string()),
+        brokers: response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
+            .collect(),
+        ..SourceMetadata::default()
+    };
+    for topic in response.topics {
+        let Some(name) = topic.name else { continue };
+        let name = name.0.to_string();
+        let topic_id = *topic.topic_id.as_bytes();
+        if topic.error_code != 0 {
+            tracing::debug!(topic = name, code = topic.error_code, "source topic metadata error");
+            continue;
+        }
+        out.topics
+            .insert(name.clone(), (topic_id, topic.partitions.len() as i32));
+        for p in topic.partitions {
+            out.partitions.insert(
+                TopicPartition::new(name.clone(), p.partition_index),
+                SourcePartition {
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    topic_id,
+                    error_code: p.error_code,
+                },
+            );
+        }
+    }
+    Ok(out)
+}

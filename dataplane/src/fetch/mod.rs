@@ -1,0 +1,21 @@
+//! Mirror fetching: pulls record batches from a source cluster and lands
+//! them unmodified, at their source offsets, in the partition logs.
+//!
+//! Per shard and mirror, a [`supervisor`] keeps source metadata and hands
+//! each partition to the [`fetcher`] of its leader broker; a fetcher owns
+//! one connection and the partitions it fetches, reads each Fetch response
+//! as a stream and receives record bytes straight into the log tail,
+//! validates them in place and commits whole batches. A partition that
+//! meets an error goes back to the supervisor, which refreshes metadata and
+//! places it again after a jittered backoff.
+
+mod events;
+mod fetcher;
+mod metadata;
+mod partition;
+mod supervisor;
+
+pub use events::{ShardEvent, StopReason};
+pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
+pub use partition::{MirrorPartition, PartitionKey};
+pub use supervisor::{MirrorSettings, run_mirror};

@@ -1,0 +1,78 @@
+//! [`MirrorPartition`]: one mirrored partition as the data plane holds it —
+//! its log, the source leader epoch it fetches with, and why it is not
+//! fetching when it is not.
+
+use std::fmt;
+
+use crate::log::{PartitionLog, TopicPartition};
+
+/// Identity of a mirrored partition; its hash places it on a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PartitionKey {
+    pub mirror: String,
+    pub topic_id: [u8; 16],
+    pub tp: TopicPartition,
+}
+
+impl PartitionKey {
+    /// The shard that owns this partition: a stable hash of (mirror name,
+    /// topic id, partition) — FNV-1a, so placement survives restarts and
+    /// does not depend on the standard library's randomized hasher.
+    pub fn shard(&self, shards: usize) -> usize {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.mirror.as_bytes());
+        eat(&self.topic_id);
+        eat(&self.tp.partition.to_be_bytes());
+        (h % shards.max(1) as u64) as usize
+    }
+}
+
+impl fmt::Display for PartitionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.mirror, self.tp)
+    }
+}
+
+pub struct MirrorPartition {
+    pub key: PartitionKey,
+    pub log: PartitionLog,
+    /// The source leader epoch from metadata (`current_leader_epoch`).
+    pub fetch_epoch: i32,
+    /// Source high watermark from the last response (for lag).
+    pub high_watermark: i64,
+    /// Set on placement: converge with the source before fetching.
+    pub needs_truncation_check: bool,
+    /// Appending is stopped until the control plane says go on.
+    pub stopped: bool,
+    /// Consecutive failures, for backoff.
+    pub failures: u32,
+    /// When the last progress event went out, and the log end it reported.
+    pub last_progress_ms: u64,
+    pub last_progress_offset: i64,
+}
+
+impl MirrorPartition {
+    pub fn new(key: PartitionKey, log: PartitionLog) -> Self {
+        Self {
+            key,
+            log,
+            fetch_epoch: -1,
+            high_watermark: -1,
+            needs_truncation_check: true,
+            stopped: false,
+            failures: 0,
+            last_progress_ms: 0,
+            last_progress_offset: -1,
+        }
+    }
+
+    pub fn tp(&self) -> &TopicPartition {
+        &self.key.tp
+    }
+}

@@ -1,0 +1,16 @@
+//! Hand-written Kafka wire code for the hot path.
+//!
+//! The `kafka-protocol` crate handles request/response schemas everywhere
+//! else; only the Fetch paths, where record bytes must not be copied, are
+//! written by hand here.
+//!
+//! * [`fetch_response`] is a sans-IO, streaming parser for Fetch responses
+//!   (v4–v16) that stops at each partition's `records` so the caller can
+//!   receive them straight into the log tail.
+
+pub mod fetch_response;
+
+pub use fetch_response::{
+    FETCH_RESPONSE_MAX_VERSION, FETCH_RESPONSE_MIN_VERSION, FetchHeader, FetchParseError, FetchPartition,
+    FetchResponseReader, FetchStep, NodeEndpoint, TopicRef,
+};

@@ -1,0 +1,176 @@
+//! The agent's TOML configuration: the data directory, shard count, log
+//! settings and the mirrors (source cluster, topics, fetch settings).
+//!
+//! ```toml
+//! data_dir = "/var/lib/ringmirror"
+//! shards = 2                      # default: one per core
+//!
+//! [log]
+//! segment_bytes = 1073741824
+//!
+//! [[mirror]]
+//! name = "dr"
+//! bootstrap_servers = ["kafka-1:9092"]
+//! topics = ["orders"]             # and/or:
+//! topics_include = "payments\\..*"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ringmirror_dataplane::log::LogConfig;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub data_dir: PathBuf,
+    /// Shard executors; default: one per available core.
+    #[serde(default)]
+    pub shards: Option<usize>,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default, rename = "mirror")]
+    pub mirrors: Vec<MirrorConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    pub name: String,
+    pub bootstrap_servers: Vec<String>,
+    /// Topics to mirror by name.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Also mirror every source topic matching this regex (whole name).
+    #[serde(default, alias = "mirror_topics_include")]
+    pub topics_include: Option<String>,
+    /// Never mirror topics matching this regex (whole name).
+    #[serde(default = "default_topics_exclude", alias = "mirror_topics_exclude")]
+    pub topics_exclude: String,
+    #[serde(default = "default_fetch_max_bytes")]
+    pub fetch_max_bytes: i32,
+    #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
+    pub fetch_partition_max_bytes: i32,
+    #[serde(default = "default_fetch_max_wait_ms", alias = "fetch_wait_max_ms")]
+    pub fetch_max_wait_ms: u64,
+    #[serde(default = "default_fetch_min_bytes")]
+    pub fetch_min_bytes: i32,
+    #[serde(
+        default = "default_metadata_refresh_ms",
+        alias = "mirror_metadata_refresh_interval_ms"
+    )]
+    pub metadata_refresh_interval_ms: u64,
+}
+
+fn default_topics_exclude() -> String {
+    "__.*".into()
+}
+fn default_fetch_max_bytes() -> i32 {
+    50 * 1024 * 1024
+}
+fn default_fetch_partition_max_bytes() -> i32 {
+    1024 * 1024
+}
+fn default_fetch_max_wait_ms() -> u64 {
+    500
+}
+fn default_fetch_min_bytes() -> i32 {
+    1
+}
+fn default_metadata_refresh_ms() -> u64 {
+    30_000
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut config: Self = toml::from_str(text)?;
+        for m in &mut config.mirrors {
+            // Kafka clients take "host1:9092,host2:9092"; so do we, in any entry.
+            m.bootstrap_servers = m
+                .bootstrap_servers
+                .iter()
+                .flat_map(|s| s.split(','))
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.mirrors.is_empty(), "no [[mirror]] configured");
+        let mut names = std::collections::BTreeSet::new();
+        for m in &self.mirrors {
+            anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
+            anyhow::ensure!(
+                !m.bootstrap_servers.is_empty(),
+                "mirror {:?} has no bootstrap_servers",
+                m.name
+            );
+            anyhow::ensure!(
+                !m.topics.is_empty() || m.topics_include.is_some(),
+                "mirror {:?} names no topics (topics or topics_include)",
+                m.name
+            );
+            if let Some(include) = &m.topics_include {
+                regex::Regex::new(include).with_context(|| format!("mirror {:?}: topics_include", m.name))?;
+            }
+            regex::Regex::new(&m.topics_exclude).with_context(|| format!("mirror {:?}: topics_exclude", m.name))?;
+            anyhow::ensure!(
+                m.fetch_partition_max_bytes > 0 && m.fetch_max_bytes > 0,
+                "fetch sizes must be positive"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_config_and_applies_defaults() {
+        let c = AgentConfig::parse(
+            r#"
+            data_dir = "/tmp/x"
+            shards = 2
+            [log]
+            segment_bytes = 1048576
+            [[mirror]]
+            name = "dr"
+            bootstrap_servers = ["127.0.0.1:9092"]
+            topics = ["orders"]
+            topics_include = "pay.*"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.shards, Some(2));
+        assert_eq!(c.log.segment_bytes, 1048576);
+        assert_eq!(c.log.index_interval_bytes, 4096);
+        let m = &c.mirrors[0];
+        assert_eq!((m.fetch_max_wait_ms, m.topics_exclude.as_str()), (500, "__.*"));
+    }
+
+    #[test]
+    fn rejects_bad_configs_with_a_reason() {
+        let err = |t: &str| format!("{:#}", AgentConfig::parse(t).unwrap_err());
+        assert!(err(r#"data_dir = "/x""#).contains("no [[mirror]]"));
+        assert!(
+            err("data_dir = \"/x\"\n[[mirror]]\nname = \"a\"\nbootstrap_servers = [\"h:1\"]")
+                .contains("names no topics")
+        );
+        assert!(err("data_dir = \"/x\"\nbogus = 1").contains("unknown field"));
+        assert!(
+            err("data_dir = \"/x\"\n[[mirror]]\nname = \"a\"\nbootstrap_servers = [\"h:1\"]\ntopics_include = \"(\"")
+                .contains("topics_include")
+        );
+    }
+}
