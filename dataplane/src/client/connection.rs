@@ -291,7 +291,11 @@ impl Connection {
             return Ok(0);
         }
         let error = self.io_error("receive");
-        let n = self.stream.read(&mut self.rx[self.rx_end..self.rx_end + room]).await.map_err(error)?;
+        let n = self
+            .stream
+            .read(&mut self.rx[self.rx_end..self.rx_end + room])
+            .await
+            .map_err(error)?;
         if n == 0 {
             return Err(self.io_error("receive")(std::io::ErrorKind::UnexpectedEof.into()));
         }

@@ -13,7 +13,12 @@ use crate::log::TopicPartition;
 
 /// The error for a response that has no entry for the partition asked about.
 fn no_answer(conn: &Connection, api: &'static str, version: i16, tp: &TopicPartition) -> ClientError {
-    ClientError::Decode { addr: conn.addr().into(), api, version, reason: format!("no answer for {tp}") }
+    ClientError::Decode {
+        addr: conn.addr().into(),
+        api,
+        version,
+        reason: format!("no answer for {tp}"),
+    }
 }
 
 /// ListOffsets special timestamps.
