@@ -35,6 +35,9 @@ pub struct PartitionStatus {
 
 pub type Status = BTreeMap<(String, TopicPartition), PartitionStatus>;
 
+/// Called on the events thread for every shard event (measurement, tests).
+pub type EventObserver = Box<dyn Fn(&ShardEvent) + Send>;
+
 pub struct Agent {
     shards: Vec<ShardHandle>,
     log_dir: Arc<LogDir>,
@@ -150,6 +153,11 @@ fn discover(m: &MirrorConfig, io_memory: usize) -> anyhow::Result<Vec<PartitionK
 
 impl Agent {
     pub fn start(config: AgentConfig) -> anyhow::Result<Self> {
+        Self::start_observed(config, Box::new(|_| {}))
+    }
+
+    /// Like [`Agent::start`], also handing every shard event to `observer`.
+    pub fn start_observed(config: AgentConfig, observer: EventObserver) -> anyhow::Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_count = config.shards.unwrap_or(cores).max(1);
         let io_memory = io_memory_bytes(shard_count);
@@ -198,6 +206,7 @@ impl Agent {
             .name("events".into())
             .spawn(move || {
                 while let Ok(event) = events_rx.recv_blocking() {
+                    observer(&event);
                     apply_event(&status_writer, event);
                 }
             })
