@@ -14,7 +14,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::{MirrorSettings, PartitionKey, ShardEvent, StopReason, fetch_source_metadata};
 use ringmirror_dataplane::log::{LogDir, TopicPartition};
-use ringmirror_dataplane::shard::{ShardHandle, ShardPlan, spawn_shard};
+use ringmirror_dataplane::shard::{ClosedPartition, ShardCommand, ShardHandle, ShardPlan, spawn_shard};
 
 use crate::config::{AgentConfig, MirrorConfig};
 
@@ -40,8 +40,12 @@ pub type EventObserver = Box<dyn Fn(&ShardEvent) + Send>;
 
 pub struct Agent {
     shards: Vec<ShardHandle>,
+    /// Which shard holds each mirrored partition.
+    placement: BTreeMap<(String, TopicPartition), usize>,
     log_dir: Arc<LogDir>,
     status: Arc<Mutex<Status>>,
+    /// Partitions removed while running, for the final checkpoint.
+    removed: Arc<Mutex<Vec<ClosedPartition>>>,
     events_thread: JoinHandle<()>,
 }
 
@@ -174,6 +178,7 @@ impl Agent {
             })
             .collect();
         let mut seen = std::collections::BTreeSet::new();
+        let mut placement = BTreeMap::new();
         for m in &config.mirrors {
             let keys = discover(m, io_memory)?;
             tracing::info!(mirror = m.name, partitions = keys.len(), "mirroring");
@@ -185,6 +190,7 @@ impl Agent {
                         key.tp
                     );
                 }
+                placement.insert((m.name.clone(), key.tp.clone()), key.shard(shard_count));
                 per_shard[key.shard(shard_count)].push(key);
             }
             for (plan, keys) in plans.iter_mut().zip(per_shard) {
@@ -202,21 +208,71 @@ impl Agent {
         drop(events_tx);
         let status = Arc::new(Mutex::new(Status::new()));
         let status_writer = Arc::clone(&status);
+        let removed = Arc::new(Mutex::new(Vec::new()));
+        let removed_writer = Arc::clone(&removed);
         let events_thread = std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
                 while let Ok(event) = events_rx.recv_blocking() {
                     observer(&event);
-                    apply_event(&status_writer, event);
+                    apply_event(&status_writer, &removed_writer, event);
                 }
             })
             .context("start events thread")?;
         Ok(Self {
             shards,
+            placement,
             log_dir,
             status,
+            removed,
             events_thread,
         })
+    }
+
+    fn command(&self, mirror: &str, tp: &TopicPartition, command: ShardCommand) -> anyhow::Result<()> {
+        let shard = self
+            .placement
+            .get(&(mirror.to_owned(), tp.clone()))
+            .with_context(|| format!("{tp} is not mirrored by {mirror:?}"))?;
+        self.shards[*shard].send(command).map_err(anyhow::Error::msg)
+    }
+
+    /// Stops fetching a partition; its log stays open.
+    pub fn pause(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
+        self.command(
+            mirror,
+            tp,
+            ShardCommand::Pause {
+                mirror: mirror.into(),
+                tp: tp.clone(),
+            },
+        )
+    }
+
+    /// Fetches a paused or stopped partition again, with fresh source metadata.
+    pub fn resume(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
+        self.command(
+            mirror,
+            tp,
+            ShardCommand::Resume {
+                mirror: mirror.into(),
+                tp: tp.clone(),
+            },
+        )
+    }
+
+    /// Stops mirroring a partition and closes its log.
+    pub fn remove(&mut self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
+        self.command(
+            mirror,
+            tp,
+            ShardCommand::RemovePartition {
+                mirror: mirror.into(),
+                tp: tp.clone(),
+            },
+        )?;
+        self.placement.remove(&(mirror.to_owned(), tp.clone()));
+        Ok(())
     }
 
     /// A snapshot of every partition's progress.
@@ -242,7 +298,8 @@ impl Agent {
             .join()
             .map_err(|_| anyhow::anyhow!("events thread panicked"))?;
         let mut log_dir = Arc::try_unwrap(self.log_dir).map_err(|_| anyhow::anyhow!("log dir still in use"))?;
-        for c in &closed {
+        let removed = std::mem::take(&mut *self.removed.lock().expect("removed lock"));
+        for c in removed.iter().chain(&closed) {
             log_dir.record_offsets(&c.tp, c.recovery_point, c.log_start_offset);
         }
         if !failures.is_empty() {
@@ -254,7 +311,7 @@ impl Agent {
     }
 }
 
-fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
+fn apply_event(status: &Mutex<Status>, removed: &Mutex<Vec<ClosedPartition>>, event: ShardEvent) {
     let mut status = status.lock().expect("status lock");
     match event {
         ShardEvent::Progress {
@@ -281,6 +338,23 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
         ShardEvent::Stopped { mirror, tp, reason } => {
             tracing::error!(mirror, %tp, ?reason, "partition stopped appending");
             status.entry((mirror, tp)).or_default().stopped = Some(reason);
+        }
+        ShardEvent::Removed {
+            mirror,
+            tp,
+            recovery_point,
+            log_start_offset,
+        } => {
+            tracing::info!(mirror, %tp, "partition no longer mirrored");
+            status.remove(&(mirror, tp.clone()));
+            removed.lock().expect("removed lock").push(ClosedPartition {
+                tp,
+                recovery_point,
+                log_start_offset,
+            });
+        }
+        ShardEvent::CommandFailed { mirror, tp, error } => {
+            tracing::error!(mirror, %tp, error, "command failed");
         }
     }
 }

@@ -229,3 +229,56 @@ fn leader_moves_and_a_broker_outage_keep_the_log_identical() {
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, &tps);
 }
+
+#[test]
+fn pause_resume_and_remove_commands_take_effect() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("ctl", 2, 1).expect("create topic");
+    produce(&bootstrap, "ctl", 2, 200, "none", 0);
+    let tps = partitions(&[("ctl", 2)]);
+    let (p0, p1) = (tps[0].clone(), tps[1].clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(config(dir.path(), &bootstrap, &["ctl"])).expect("start agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+
+    // Paused: the partition stays where it was while the other goes on.
+    agent.pause("dr", &p0).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let paused_at = agent.status()[&("dr".to_string(), p0.clone())].log_end_offset;
+    produce(&bootstrap, "ctl", 2, 300, "none", 1000);
+    let ends = source_ends(&bootstrap, &tps);
+    wait_mirrored(&agent, &BTreeMap::from([(p1.clone(), ends[&p1])]));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        agent.status()[&("dr".to_string(), p0.clone())].log_end_offset,
+        paused_at,
+        "paused partition moved"
+    );
+    assert!(paused_at < ends[&p0]);
+
+    // Resumed: it catches up.
+    agent.resume("dr", &p0).unwrap();
+    wait_mirrored(&agent, &ends);
+
+    // Removed: its log is closed where it was; new source data does not arrive.
+    agent.remove("dr", &p1).unwrap();
+    let started = Instant::now();
+    while agent.status().contains_key(&("dr".to_string(), p1.clone())) {
+        assert!(started.elapsed() < MIRROR_DEADLINE, "removal not confirmed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    produce(&bootstrap, "ctl", 2, 100, "none", 5000);
+    let ends_after = source_ends(&bootstrap, &tps);
+    wait_mirrored(&agent, &BTreeMap::from([(p0.clone(), ends_after[&p0])]));
+    assert!(agent.pause("dr", &p1).is_err(), "a removed partition takes no commands");
+    agent.stop().expect("clean stop");
+    assert_identical(dir.path(), &bootstrap, std::slice::from_ref(&p0));
+    let removed = mirrored_batches(dir.path(), &p1);
+    assert_eq!(
+        removed
+            .last()
+            .map(|(o, b)| o + common::batch_view(b).last_offset_delta() as i64 + 1),
+        Some(ends[&p1])
+    );
+}

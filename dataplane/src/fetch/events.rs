@@ -35,4 +35,17 @@ pub enum ShardEvent {
         tp: TopicPartition,
         reason: StopReason,
     },
+    /// The partition is no longer mirrored; its log was closed.
+    Removed {
+        mirror: String,
+        tp: TopicPartition,
+        recovery_point: i64,
+        log_start_offset: i64,
+    },
+    /// A command could not be carried out.
+    CommandFailed {
+        mirror: String,
+        tp: TopicPartition,
+        error: String,
+    },
 }

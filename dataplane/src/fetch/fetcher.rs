@@ -23,6 +23,7 @@ use crate::client::{
 };
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
+use super::control::{Directive, Directives};
 use super::events::{ShardEvent, StopReason};
 use super::partition::MirrorPartition;
 use super::supervisor::{MirrorSettings, now_ms};
@@ -63,6 +64,10 @@ pub(crate) enum ReturnReason {
     BrokerUnreachable,
     /// The shard is stopping.
     Stopping,
+    /// The control plane removed it.
+    Removed,
+    /// The control plane resumed it: place it again with fresh metadata.
+    Resumed,
 }
 
 pub(crate) struct Returned {
@@ -90,6 +95,7 @@ pub(crate) struct Fetcher {
     pub returns: Returns,
     pub events: async_channel::Sender<ShardEvent>,
     pub stop: Rc<Cell<bool>>,
+    pub directives: Directives,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -115,6 +121,7 @@ impl Fetcher {
         let mut connect_failures = 0u32;
         loop {
             partitions.append(&mut self.inbox.borrow_mut());
+            self.apply_directives(&mut partitions);
             if self.stop.get() || partitions.is_empty() {
                 // No await between this check and `alive = false`, so the
                 // supervisor never places a partition on an ending fetcher.
@@ -150,7 +157,7 @@ impl Fetcher {
                 conn = None;
                 continue;
             }
-            if partitions.iter().all(|p| p.stopped) {
+            if !partitions.iter().any(MirrorPartition::fetchable) {
                 // Nothing to fetch until told to go on; wait without spinning.
                 glommio::timer::sleep(Duration::from_millis(self.settings.fetch_max_wait_ms)).await;
                 continue;
@@ -167,6 +174,32 @@ impl Fetcher {
                     conn = None;
                     connect_failures += 1;
                     glommio::timer::sleep(self.settings.backoff(connect_failures)).await;
+                }
+            }
+        }
+    }
+
+    /// Carries out what the supervisor asked for the partitions held here.
+    fn apply_directives(&self, partitions: &mut Vec<MirrorPartition>) {
+        let mut directives = self.directives.borrow_mut();
+        if directives.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < partitions.len() {
+            match directives.remove(partitions[i].tp()) {
+                None => i += 1,
+                Some(Directive::Pause) => {
+                    partitions[i].paused = true;
+                    i += 1;
+                }
+                Some(Directive::Resume) => {
+                    let p = partitions.swap_remove(i);
+                    self.give_back(p, ReturnReason::Resumed);
+                }
+                Some(Directive::Remove) => {
+                    let p = partitions.swap_remove(i);
+                    self.give_back(p, ReturnReason::Removed);
                 }
             }
         }
@@ -257,7 +290,7 @@ impl Fetcher {
         request.isolation_level = 0;
         request.session_id = 0;
         request.session_epoch = -1;
-        for p in partitions.iter().filter(|p| !p.stopped) {
+        for p in partitions.iter().filter(|p| p.fetchable()) {
             let mut fp = FetchPartition::default();
             fp.partition = p.key.tp.partition;
             fp.current_leader_epoch = p.fetch_epoch;
@@ -352,7 +385,9 @@ impl Fetcher {
                     current = index;
                     match index {
                         Some(i)
-                            if fields.error_code == error_codes::NONE && !partitions[i].stopped && records_len > 0 =>
+                            if fields.error_code == error_codes::NONE
+                                && partitions[i].fetchable()
+                                && records_len > 0 =>
                         {
                             self.ingest(c, &mut partitions[i], records_len).await?;
                         }

@@ -9,12 +9,14 @@
 //! meets an error goes back to the supervisor, which refreshes metadata and
 //! places it again after a jittered backoff.
 
+mod control;
 mod events;
 mod fetcher;
 mod metadata;
 mod partition;
 mod supervisor;
 
+pub use control::{MirrorCommand, MirrorInbox};
 pub use events::{ShardEvent, StopReason};
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
 pub use partition::{MirrorPartition, PartitionKey};

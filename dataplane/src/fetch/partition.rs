@@ -48,8 +48,11 @@ pub struct MirrorPartition {
     pub high_watermark: i64,
     /// Set on placement: converge with the source before fetching.
     pub needs_truncation_check: bool,
-    /// Appending is stopped until the control plane says go on.
+    /// Appending is stopped (an error such as an exceeded epoch) until the
+    /// control plane says go on.
     pub stopped: bool,
+    /// Paused by the control plane: not fetched, still open.
+    pub paused: bool,
     /// Consecutive failures, for backoff.
     pub failures: u32,
     /// When the last progress event went out, and the log end it reported.
@@ -66,6 +69,7 @@ impl MirrorPartition {
             high_watermark: -1,
             needs_truncation_check: true,
             stopped: false,
+            paused: false,
             failures: 0,
             last_progress_ms: 0,
             last_progress_offset: -1,
@@ -74,5 +78,10 @@ impl MirrorPartition {
 
     pub fn tp(&self) -> &TopicPartition {
         &self.key.tp
+    }
+
+    /// Whether the next Fetch should include this partition.
+    pub fn fetchable(&self) -> bool {
+        !self.stopped && !self.paused
     }
 }

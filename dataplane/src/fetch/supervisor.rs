@@ -10,13 +10,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::{Connection, ConnectionOptions};
 
+use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::events::ShardEvent;
 use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 
-/// How often an idle supervisor looks at the stop flag.
-const STOP_POLL_MS: u64 = 50;
+/// How often an idle supervisor looks for commands and returned partitions.
+const IDLE_POLL_MS: u64 = 20;
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -79,89 +80,267 @@ struct Pending {
     retry_at_ms: u64,
 }
 
-/// Runs one mirror's partitions on this shard until `stop` is set, then
-/// returns every partition (with its log) for closing.
+/// One mirror on one shard: its partitions, wherever they are.
+struct Supervisor {
+    settings: Rc<MirrorSettings>,
+    events: async_channel::Sender<ShardEvent>,
+    topics: BTreeSet<String>,
+    pending: Vec<Pending>,
+    fetchers: HashMap<i32, FetcherHandle>,
+    returns: Returns,
+    directives: Directives,
+    /// Tells fetchers to hand everything back.
+    stop: Rc<Cell<bool>>,
+    metadata: Option<SourceMetadata>,
+}
+
+/// Runs one mirror's partitions on this shard until a [`MirrorCommand::Stop`]
+/// arrives in `inbox`, then returns every partition (with its log) for closing.
 pub async fn run_mirror(
     settings: MirrorSettings,
     partitions: Vec<MirrorPartition>,
     events: async_channel::Sender<ShardEvent>,
-    stop: Rc<Cell<bool>>,
+    inbox: MirrorInbox,
 ) -> Vec<MirrorPartition> {
-    let settings = Rc::new(settings);
-    let topics: Vec<String> = partitions
-        .iter()
-        .map(|p| p.key.tp.topic.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let returns: Returns = Rc::new(RefCell::new(Vec::new()));
-    let mut pending: Vec<Pending> = partitions
-        .into_iter()
-        .map(|partition| Pending {
-            partition,
-            retry_at_ms: 0,
-        })
-        .collect();
-    let mut fetchers: HashMap<i32, FetcherHandle> = HashMap::new();
+    let mut s = Supervisor {
+        settings: Rc::new(settings),
+        events,
+        topics: partitions.iter().map(|p| p.key.tp.topic.clone()).collect(),
+        pending: partitions
+            .into_iter()
+            .map(|partition| Pending {
+                partition,
+                retry_at_ms: 0,
+            })
+            .collect(),
+        fetchers: HashMap::new(),
+        returns: Rc::new(RefCell::new(Vec::new())),
+        directives: Rc::new(RefCell::new(HashMap::new())),
+        stop: Rc::new(Cell::new(false)),
+        metadata: None,
+    };
     let mut meta_conn: Option<Connection> = None;
-    let mut metadata: Option<SourceMetadata> = None;
     let mut last_refresh_ms = 0u64;
     let mut metadata_failures = 0u32;
     loop {
-        if stop.get() {
-            return collect_on_stop(pending, fetchers, returns).await;
-        }
-        let returned_now: Vec<Returned> = returns.borrow_mut().drain(..).collect();
-        for returned in returned_now {
-            let mut partition = returned.partition;
-            partition.failures += 1;
-            let retry_at_ms = match returned.reason {
-                ReturnReason::Stopping => 0,
-                ReturnReason::Metadata | ReturnReason::BrokerUnreachable => {
-                    metadata = None;
-                    now_ms() + settings.backoff(partition.failures).as_millis() as u64
-                }
-            };
-            pending.push(Pending { partition, retry_at_ms });
+        s.take_returns();
+        if s.handle_commands(&inbox) {
+            return s.collect_on_stop().await;
         }
         let now = now_ms();
-        let due = pending.iter().any(|p| p.retry_at_ms <= now);
-        if (due && metadata.is_none()) || now.saturating_sub(last_refresh_ms) >= settings.metadata_refresh_ms {
-            match refresh(&settings, &mut meta_conn, &topics).await {
+        let due = s.pending.iter().any(|p| p.retry_at_ms <= now);
+        if (due && s.metadata.is_none()) || now.saturating_sub(last_refresh_ms) >= s.settings.metadata_refresh_ms {
+            let topics: Vec<String> = s.topics.iter().cloned().collect();
+            match refresh(&s.settings, &mut meta_conn, &topics).await {
                 Ok(m) => {
                     metadata_failures = 0;
                     last_refresh_ms = now_ms();
-                    metadata = Some(m);
+                    s.metadata = Some(m);
                 }
                 Err(e) => {
                     metadata_failures += 1;
-                    tracing::warn!(mirror = settings.name, error = %e, "cannot refresh source metadata");
+                    tracing::warn!(mirror = s.settings.name, error = %e, "cannot refresh source metadata");
                     meta_conn = None;
-                    wait(&returns, &stop, settings.backoff(metadata_failures)).await;
+                    s.wait(&inbox, s.settings.backoff(metadata_failures)).await;
                     continue;
                 }
             }
         }
-        if let Some(m) = &metadata {
-            place_due(&settings, m, &mut pending, &mut fetchers, &returns, &events, &stop);
-        }
-        let next_due = pending.iter().map(|p| p.retry_at_ms).min();
-        let until_refresh = (last_refresh_ms + settings.metadata_refresh_ms).saturating_sub(now_ms());
+        s.place_due();
+        let next_due = s.pending.iter().map(|p| p.retry_at_ms).min();
+        let until_refresh = (last_refresh_ms + s.settings.metadata_refresh_ms).saturating_sub(now_ms());
         let sleep_ms = next_due
             .map_or(until_refresh, |d| d.saturating_sub(now_ms()).min(until_refresh))
             .max(10);
-        wait(&returns, &stop, Duration::from_millis(sleep_ms)).await;
+        s.wait(&inbox, Duration::from_millis(sleep_ms)).await;
     }
 }
 
-/// Sleeps up to `max`, waking early when a partition comes back or `stop` is set.
-async fn wait(returns: &Returns, stop: &Rc<Cell<bool>>, max: Duration) {
-    let deadline = std::time::Instant::now() + max;
-    while !stop.get() && std::time::Instant::now() < deadline && returns.borrow().is_empty() {
-        let slice = deadline
-            .saturating_duration_since(std::time::Instant::now())
-            .min(Duration::from_millis(STOP_POLL_MS));
-        glommio::timer::sleep(slice).await;
+impl Supervisor {
+    fn event(&self, event: ShardEvent) {
+        let _ = self.events.try_send(event);
+    }
+
+    /// Applies queued commands; returns true on Stop.
+    fn handle_commands(&mut self, inbox: &MirrorInbox) -> bool {
+        loop {
+            let Some(command) = inbox.borrow_mut().pop_front() else {
+                return false;
+            };
+            match command {
+                MirrorCommand::Stop => return true,
+                MirrorCommand::Add(partition) => {
+                    self.topics.insert(partition.key.tp.topic.clone());
+                    self.metadata = None;
+                    self.pending.push(Pending {
+                        partition,
+                        retry_at_ms: 0,
+                    });
+                }
+                MirrorCommand::Remove(tp) => match self.take_pending(&tp) {
+                    Some(p) => self.close_removed(p),
+                    None => self.direct(tp, Directive::Remove),
+                },
+                MirrorCommand::Pause(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
+                    Some(p) => p.partition.paused = true,
+                    None => self.direct(tp, Directive::Pause),
+                },
+                MirrorCommand::Resume(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
+                    Some(p) => {
+                        p.partition.paused = false;
+                        p.partition.stopped = false;
+                        p.retry_at_ms = 0;
+                    }
+                    None => self.direct(tp, Directive::Resume),
+                },
+            }
+        }
+    }
+
+    fn take_pending(&mut self, tp: &crate::log::TopicPartition) -> Option<MirrorPartition> {
+        let i = self.pending.iter().position(|p| &p.partition.key.tp == tp)?;
+        Some(self.pending.swap_remove(i).partition)
+    }
+
+    /// Leaves a directive for the fetcher holding `tp`, if any does.
+    fn direct(&mut self, tp: crate::log::TopicPartition, directive: Directive) {
+        if self.fetchers.values().any(|f| f.alive.get()) {
+            self.directives.borrow_mut().insert(tp, directive);
+        } else {
+            let error = format!("{directive:?}: partition is not mirrored here");
+            self.event(ShardEvent::CommandFailed {
+                mirror: self.settings.name.clone(),
+                tp,
+                error,
+            });
+        }
+    }
+
+    fn close_removed(&self, partition: MirrorPartition) {
+        let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
+        let log_start_offset = partition.log.log_start_offset();
+        let recovery_point = partition.log.log_end_offset();
+        match partition.log.close(now_ms()) {
+            Ok(()) => self.event(ShardEvent::Removed {
+                mirror,
+                tp,
+                recovery_point,
+                log_start_offset,
+            }),
+            Err(e) => self.event(ShardEvent::CommandFailed {
+                mirror,
+                tp,
+                error: format!("close: {e}"),
+            }),
+        }
+    }
+
+    fn take_returns(&mut self) {
+        let returned: Vec<Returned> = self.returns.borrow_mut().drain(..).collect();
+        for Returned { mut partition, reason } in returned {
+            let retry_at_ms = match reason {
+                ReturnReason::Removed => {
+                    self.close_removed(partition);
+                    continue;
+                }
+                ReturnReason::Resumed => {
+                    partition.paused = false;
+                    partition.stopped = false;
+                    self.metadata = None;
+                    0
+                }
+                ReturnReason::Stopping => 0,
+                ReturnReason::Metadata | ReturnReason::BrokerUnreachable => {
+                    partition.failures += 1;
+                    self.metadata = None;
+                    now_ms() + self.settings.backoff(partition.failures).as_millis() as u64
+                }
+            };
+            self.pending.push(Pending { partition, retry_at_ms });
+        }
+    }
+
+    /// Sleeps up to `max`, waking early for a command, a returned partition
+    /// or stop.
+    async fn wait(&self, inbox: &MirrorInbox, max: Duration) {
+        let deadline = std::time::Instant::now() + max;
+        while std::time::Instant::now() < deadline && self.returns.borrow().is_empty() && inbox.borrow().is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            glommio::timer::sleep(left.min(Duration::from_millis(IDLE_POLL_MS))).await;
+        }
+    }
+
+    /// Places every due pending partition on its leader's fetcher.
+    fn place_due(&mut self) {
+        let Some(metadata) = &self.metadata else { return };
+        let now = now_ms();
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].retry_at_ms > now {
+                i += 1;
+                continue;
+            }
+            let p = &self.pending[i].partition;
+            let Some(source) = metadata.partitions.get(&p.key.tp) else {
+                tracing::warn!(partition = %p.key, "partition not in source metadata; will look again");
+                self.pending[i].retry_at_ms = now + self.settings.backoff(p.failures.max(1)).as_millis() as u64;
+                i += 1;
+                continue;
+            };
+            if source.topic_id != p.key.topic_id && source.topic_id != [0; 16] && p.key.topic_id != [0; 16] {
+                tracing::error!(partition = %p.key, "source topic id changed (topic recreated?); not mirroring it");
+                self.pending[i].retry_at_ms = u64::MAX;
+                i += 1;
+                continue;
+            }
+            let Some(addr) = (source.leader >= 0)
+                .then(|| metadata.brokers.get(&source.leader))
+                .flatten()
+            else {
+                self.pending[i].retry_at_ms = now + self.settings.backoff(p.failures.max(1)).as_millis() as u64;
+                i += 1;
+                continue;
+            };
+            let mut partition = self.pending.swap_remove(i).partition;
+            partition.fetch_epoch = source.leader_epoch;
+            partition.needs_truncation_check = true;
+            match self.fetchers.get(&source.leader).filter(|f| f.alive.get()) {
+                Some(f) => f.inbox.borrow_mut().push(partition),
+                None => {
+                    let handle = FetcherHandle {
+                        inbox: Rc::new(RefCell::new(vec![partition])),
+                        alive: Rc::new(Cell::new(true)),
+                    };
+                    let fetcher = Fetcher {
+                        broker_id: source.leader,
+                        addr: addr.clone(),
+                        settings: Rc::clone(&self.settings),
+                        inbox: Rc::clone(&handle.inbox),
+                        alive: Rc::clone(&handle.alive),
+                        returns: Rc::clone(&self.returns),
+                        events: self.events.clone(),
+                        stop: Rc::clone(&self.stop),
+                        directives: Rc::clone(&self.directives),
+                    };
+                    glommio::spawn_local(fetcher.run()).detach();
+                    self.fetchers.insert(source.leader, handle);
+                }
+            }
+        }
+    }
+
+    async fn collect_on_stop(self) -> Vec<MirrorPartition> {
+        self.stop.set(true);
+        // Fetchers finish their in-flight fetch, then hand everything back.
+        while self.fetchers.values().any(|f| f.alive.get()) {
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        let mut out: Vec<MirrorPartition> = self.pending.into_iter().map(|p| p.partition).collect();
+        out.extend(self.returns.borrow_mut().drain(..).map(|r| r.partition));
+        for f in self.fetchers.values() {
+            out.append(&mut f.inbox.borrow_mut());
+        }
+        out
     }
 }
 
@@ -188,87 +367,4 @@ async fn refresh(
         }
     }
     fetch_source_metadata(conn.as_mut().expect("connected"), Some(topics)).await
-}
-
-/// Places every due pending partition on its leader's fetcher.
-fn place_due(
-    settings: &Rc<MirrorSettings>,
-    metadata: &SourceMetadata,
-    pending: &mut Vec<Pending>,
-    fetchers: &mut HashMap<i32, FetcherHandle>,
-    returns: &Returns,
-    events: &async_channel::Sender<ShardEvent>,
-    stop: &Rc<Cell<bool>>,
-) {
-    let now = now_ms();
-    let mut i = 0;
-    while i < pending.len() {
-        if pending[i].retry_at_ms > now {
-            i += 1;
-            continue;
-        }
-        let p = &pending[i].partition;
-        let Some(source) = metadata.partitions.get(&p.key.tp) else {
-            tracing::warn!(partition = %p.key, "partition not in source metadata; will look again");
-            pending[i].retry_at_ms = now + settings.backoff(p.failures.max(1)).as_millis() as u64;
-            i += 1;
-            continue;
-        };
-        if source.topic_id != p.key.topic_id && source.topic_id != [0; 16] && p.key.topic_id != [0; 16] {
-            tracing::error!(partition = %p.key, "source topic id changed (topic recreated?); not mirroring it");
-            pending[i].retry_at_ms = u64::MAX;
-            i += 1;
-            continue;
-        }
-        let Some(addr) = (source.leader >= 0)
-            .then(|| metadata.brokers.get(&source.leader))
-            .flatten()
-        else {
-            pending[i].retry_at_ms = now + settings.backoff(p.failures.max(1)).as_millis() as u64;
-            i += 1;
-            continue;
-        };
-        let mut partition = pending.swap_remove(i).partition;
-        partition.fetch_epoch = source.leader_epoch;
-        partition.needs_truncation_check = true;
-        let fetcher = fetchers.get(&source.leader).filter(|f| f.alive.get());
-        match fetcher {
-            Some(f) => f.inbox.borrow_mut().push(partition),
-            None => {
-                let handle = FetcherHandle {
-                    inbox: Rc::new(RefCell::new(vec![partition])),
-                    alive: Rc::new(Cell::new(true)),
-                };
-                let fetcher = Fetcher {
-                    broker_id: source.leader,
-                    addr: addr.clone(),
-                    settings: Rc::clone(settings),
-                    inbox: Rc::clone(&handle.inbox),
-                    alive: Rc::clone(&handle.alive),
-                    returns: Rc::clone(returns),
-                    events: events.clone(),
-                    stop: Rc::clone(stop),
-                };
-                glommio::spawn_local(fetcher.run()).detach();
-                fetchers.insert(source.leader, handle);
-            }
-        }
-    }
-}
-
-async fn collect_on_stop(
-    pending: Vec<Pending>,
-    mut fetchers: HashMap<i32, FetcherHandle>,
-    returns: Returns,
-) -> Vec<MirrorPartition> {
-    let mut out: Vec<MirrorPartition> = pending.into_iter().map(|p| p.partition).collect();
-    // Fetchers finish their in-flight fetch, then hand everything back.
-    while fetchers.values().any(|f| f.alive.get()) {
-        glommio::timer::sleep(Duration::from_millis(5)).await;
-    }
-    out.extend(returns.borrow_mut().drain(..).map(|r| r.partition));
-    for (_, f) in fetchers.drain() {
-        out.append(&mut f.inbox.borrow_mut());
-    }
-    out
 }

@@ -1,0 +1,39 @@
+//! How the rest of the agent steers a mirror's partitions on a shard:
+//! commands to the mirror's supervisor, and the directives the supervisor
+//! leaves for the fetcher that holds a partition. Both are same-thread
+//! queues: a shard never shares them with another thread.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use crate::log::TopicPartition;
+
+use super::partition::MirrorPartition;
+
+/// A command to one mirror's supervisor on this shard.
+pub enum MirrorCommand {
+    /// Start mirroring a partition whose log is open.
+    Add(MirrorPartition),
+    /// Stop mirroring a partition and close its log.
+    Remove(TopicPartition),
+    /// Stop fetching a partition (it stays open and readable).
+    Pause(TopicPartition),
+    /// Fetch again, after a pause or a stop (such as an exceeded epoch):
+    /// the partition is placed afresh with the source's current epoch.
+    Resume(TopicPartition),
+    /// Hand every partition back for closing.
+    Stop,
+}
+
+pub type MirrorInbox = Rc<RefCell<VecDeque<MirrorCommand>>>;
+
+/// What a fetcher must do with a partition it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Directive {
+    Pause,
+    Resume,
+    Remove,
+}
+
+pub(crate) type Directives = Rc<RefCell<HashMap<TopicPartition, Directive>>>;
