@@ -58,6 +58,7 @@ fn mirror_settings(m: &MirrorConfig) -> MirrorSettings {
         fetch_max_wait_ms: m.fetch_max_wait_ms,
         fetch_min_bytes: m.fetch_min_bytes,
         metadata_refresh_ms: m.metadata_refresh_interval_ms,
+        ingest: m.ingest,
         connection: ConnectionOptions {
             client_id: format!("ringmirror-{}", m.name),
             ..ConnectionOptions::default()

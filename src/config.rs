@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use ringmirror_dataplane::fetch::IngestMode;
 use ringmirror_dataplane::log::LogConfig;
 use serde::Deserialize;
 
@@ -61,6 +62,10 @@ pub struct MirrorConfig {
         alias = "mirror_metadata_refresh_interval_ms"
     )]
     pub metadata_refresh_interval_ms: u64,
+    /// How record bytes reach the log: "mmap" (received straight into the
+    /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
+    #[serde(default)]
+    pub ingest: IngestMode,
 }
 
 fn default_topics_exclude() -> String {

@@ -61,6 +61,10 @@ fn produce(bootstrap: &str, topic: &str, partitions: i32, count: usize, codec: &
 }
 
 fn config(data_dir: &Path, bootstrap: &str, topics: &[&str]) -> AgentConfig {
+    config_with(data_dir, bootstrap, topics, "mmap")
+}
+
+fn config_with(data_dir: &Path, bootstrap: &str, topics: &[&str], ingest: &str) -> AgentConfig {
     let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
     AgentConfig::parse(&format!(
         r#"
@@ -75,6 +79,7 @@ fn config(data_dir: &Path, bootstrap: &str, topics: &[&str]) -> AgentConfig {
         fetch_max_wait_ms = 100
         fetch_partition_max_bytes = 32768
         metadata_refresh_interval_ms = 1000
+        ingest = {ingest:?}
         "#
     ))
     .expect("config")
@@ -191,6 +196,20 @@ fn mirrors_every_partition_byte_for_byte_and_resumes_after_restart() {
     produce(&bootstrap, "orders", 4, 1500, "gzip", 50_000);
     produce(&bootstrap, "events", 3, 500, "snappy", 60_000);
     let agent = Agent::start(config(dir.path(), &bootstrap, &["orders", "events"])).expect("restart agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    agent.stop().expect("clean stop");
+    assert_identical(dir.path(), &bootstrap, &tps);
+}
+
+#[test]
+fn aligned_copy_ingest_mirrors_identically() {
+    let cluster = MockCluster::new(2).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("copied", 3, 1).expect("create topic");
+    produce(&bootstrap, "copied", 3, 2000, "lz4", 0);
+    let tps = partitions(&[("copied", 3)]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(config_with(dir.path(), &bootstrap, &["copied"], "aligned_copy")).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, &tps);

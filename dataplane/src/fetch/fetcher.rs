@@ -25,6 +25,7 @@ use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
 use super::control::{Directive, Directives};
 use super::events::{ShardEvent, StopReason};
+use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::MirrorPartition;
 use super::supervisor::{MirrorSettings, now_ms};
 
@@ -96,6 +97,8 @@ pub(crate) struct Fetcher {
     pub events: async_channel::Sender<ShardEvent>,
     pub stop: Rc<Cell<bool>>,
     pub directives: Directives,
+    /// Receive buffer for [`IngestMode::AlignedCopy`] (empty otherwise).
+    pub scratch: RefCell<AlignedBuffer>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -409,22 +412,38 @@ impl Fetcher {
     /// them in place and commits the whole, valid batches.
     async fn ingest(&self, c: &mut Connection, p: &mut MirrorPartition, len: usize) -> Result<(), ClientError> {
         let now = now_ms();
-        let tail = match p.log.tail_mut(len, now) {
-            Ok(tail) => tail,
-            Err(e) => {
-                c.skip(len).await?;
-                self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
-                return Ok(());
-            }
+        let mut scratch = self.scratch.borrow_mut();
+        let received: &mut [u8] = match self.settings.ingest {
+            IngestMode::Mmap => match p.log.tail_mut(len, now) {
+                Ok(tail) => tail,
+                Err(e) => {
+                    c.skip(len).await?;
+                    self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                    return Ok(());
+                }
+            },
+            IngestMode::AlignedCopy => scratch.get_mut(len),
         };
-        c.read_exact_into(tail).await?;
+        c.read_exact_into(received).await?;
         let log_end = p.log.log_end_offset();
         let max_batch_bytes = p.log.config().max_batch_bytes;
         let last_epoch = p.log.epoch_cache().latest().map(|e| e.epoch);
+        let received: &mut [u8] = match self.settings.ingest {
+            IngestMode::Mmap => p.log.tail_mut(len, now).expect("the region just received into"),
+            IngestMode::AlignedCopy => scratch.get_mut(len),
+        };
         // A batch may start below the fetch offset: drop whole batches
         // below it; one that straddles it on an empty log moves our start.
-        let (skip, straddling_base) =
-            leading_batches_below(p.log.tail_mut(len, now).expect("same region"), log_end, max_batch_bytes);
+        let (skip, straddling_base) = leading_batches_below(received, log_end, max_batch_bytes);
+        let range = validate_batches(
+            &received[skip..len],
+            &Validation {
+                next_offset: log_end,
+                max_batch_bytes,
+                fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
+                last_epoch,
+            },
+        );
         if let Some(base) = straddling_base {
             if p.log.log_start_offset() == log_end {
                 tracing::info!(partition = %p.key, from = log_end, to = base, "first batch starts below the fetch offset; starting the log at its base");
@@ -434,24 +453,25 @@ impl Fetcher {
             } else {
                 tracing::warn!(partition = %p.key, base, log_end, "batch straddles our log end; checking for divergence");
                 p.needs_truncation_check = true;
-                p.log.commit_tail(0, len, now).ok();
+                if self.settings.ingest == IngestMode::Mmap {
+                    p.log.commit_tail(0, len, now).ok();
+                }
             }
             return Ok(());
         }
-        let tail = p.log.tail_mut(len, now).expect("same region");
-        if skip > 0 {
-            tail.copy_within(skip..len, 0);
-        }
-        let range = validate_batches(
-            &tail[..len - skip],
-            &Validation {
-                next_offset: log_end,
-                max_batch_bytes,
-                fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
-                last_epoch,
-            },
-        );
-        if let Err(e) = p.log.commit_tail(range.valid_bytes, len, now) {
+        let committed = match self.settings.ingest {
+            IngestMode::Mmap => {
+                if skip > 0 {
+                    received.copy_within(skip..skip + range.valid_bytes, 0);
+                }
+                p.log.commit_tail(range.valid_bytes, len, now).map(drop)
+            }
+            IngestMode::AlignedCopy => p
+                .log
+                .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
+                .map(drop),
+        };
+        if let Err(e) = committed {
             self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
             return Ok(());
         }

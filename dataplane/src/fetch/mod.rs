@@ -12,12 +12,14 @@
 mod control;
 mod events;
 mod fetcher;
+mod ingest;
 mod metadata;
 mod partition;
 mod supervisor;
 
 pub use control::{MirrorCommand, MirrorInbox};
 pub use events::{ShardEvent, StopReason};
+pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
 pub use partition::{MirrorPartition, PartitionKey};
 pub use supervisor::{MirrorSettings, run_mirror};

@@ -13,6 +13,7 @@ use crate::client::{Connection, ConnectionOptions};
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::events::ShardEvent;
 use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
+use super::ingest::{AlignedBuffer, IngestMode};
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 
@@ -43,6 +44,8 @@ pub struct MirrorSettings {
     pub retry_backoff_ms: u64,
     pub retry_backoff_max_ms: u64,
     pub connection: ConnectionOptions,
+    /// How record bytes get from the socket into the log.
+    pub ingest: IngestMode,
 }
 
 impl Default for MirrorSettings {
@@ -58,6 +61,7 @@ impl Default for MirrorSettings {
             retry_backoff_ms: 100,
             retry_backoff_max_ms: 10_000,
             connection: ConnectionOptions::default(),
+            ingest: IngestMode::default(),
         }
     }
 }
@@ -321,6 +325,7 @@ impl Supervisor {
                         events: self.events.clone(),
                         stop: Rc::clone(&self.stop),
                         directives: Rc::clone(&self.directives),
+                        scratch: RefCell::new(AlignedBuffer::default()),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);
