@@ -14,7 +14,7 @@ use super::partition::MirrorPartition;
 /// A command to one mirror's supervisor on this shard.
 pub enum MirrorCommand {
     /// Start mirroring a partition whose log is open.
-    Add(MirrorPartition),
+    Add(Box<MirrorPartition>),
     /// Stop mirroring a partition and close its log.
     Remove(TopicPartition),
     /// Stop fetching a partition (it stays open and readable).

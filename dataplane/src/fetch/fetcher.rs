@@ -97,8 +97,6 @@ pub(crate) struct Fetcher {
     pub events: async_channel::Sender<ShardEvent>,
     pub stop: Rc<Cell<bool>>,
     pub directives: Directives,
-    /// Receive buffer for [`IngestMode::AlignedCopy`] (empty otherwise).
-    pub scratch: RefCell<AlignedBuffer>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -122,6 +120,8 @@ impl Fetcher {
         let mut partitions: Vec<MirrorPartition> = Vec::new();
         let mut conn: Option<Connection> = None;
         let mut connect_failures = 0u32;
+        // Receive buffer for IngestMode::AlignedCopy (stays empty otherwise).
+        let mut scratch = AlignedBuffer::default();
         loop {
             partitions.append(&mut self.inbox.borrow_mut());
             self.apply_directives(&mut partitions);
@@ -165,7 +165,7 @@ impl Fetcher {
                 glommio::timer::sleep(Duration::from_millis(self.settings.fetch_max_wait_ms)).await;
                 continue;
             }
-            match self.fetch_once(c, &mut partitions).await {
+            match self.fetch_once(c, &mut partitions, &mut scratch).await {
                 Ok(after) => {
                     if let Err(e) = self.act_after_response(c, &mut partitions, after).await {
                         tracing::warn!(broker = self.broker_id, error = %e, "follow-up request failed; reconnecting");
@@ -327,6 +327,7 @@ impl Fetcher {
         &self,
         c: &mut Connection,
         partitions: &mut [MirrorPartition],
+        scratch: &mut AlignedBuffer,
     ) -> Result<AfterResponse, ClientError> {
         let mut version = c.version_for::<FetchRequest>(FETCH_VERSION_MIN, FETCH_VERSION_MAX)?;
         if partitions.iter().any(|p| p.key.topic_id == [0; 16]) {
@@ -392,7 +393,7 @@ impl Fetcher {
                                 && partitions[i].fetchable()
                                 && records_len > 0 =>
                         {
-                            self.ingest(c, &mut partitions[i], records_len).await?;
+                            self.ingest(c, &mut partitions[i], records_len, scratch).await?;
                         }
                         _ => c.skip(records_len).await?,
                     }
@@ -410,9 +411,14 @@ impl Fetcher {
 
     /// Receives `len` record bytes into the partition's log tail, validates
     /// them in place and commits the whole, valid batches.
-    async fn ingest(&self, c: &mut Connection, p: &mut MirrorPartition, len: usize) -> Result<(), ClientError> {
+    async fn ingest(
+        &self,
+        c: &mut Connection,
+        p: &mut MirrorPartition,
+        len: usize,
+        scratch: &mut AlignedBuffer,
+    ) -> Result<(), ClientError> {
         let now = now_ms();
-        let mut scratch = self.scratch.borrow_mut();
         let received: &mut [u8] = match self.settings.ingest {
             IngestMode::Mmap => match p.log.tail_mut(len, now) {
                 Ok(tail) => tail,

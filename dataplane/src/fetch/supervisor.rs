@@ -13,7 +13,7 @@ use crate::client::{Connection, ConnectionOptions};
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::events::ShardEvent;
 use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
-use super::ingest::{AlignedBuffer, IngestMode};
+use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 
@@ -177,7 +177,7 @@ impl Supervisor {
                     self.topics.insert(partition.key.tp.topic.clone());
                     self.metadata = None;
                     self.pending.push(Pending {
-                        partition,
+                        partition: *partition,
                         retry_at_ms: 0,
                     });
                 }
@@ -325,7 +325,6 @@ impl Supervisor {
                         events: self.events.clone(),
                         stop: Rc::clone(&self.stop),
                         directives: Rc::clone(&self.directives),
-                        scratch: RefCell::new(AlignedBuffer::default()),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);

@@ -191,7 +191,7 @@ impl Shard {
         }
         let partition = MirrorPartition::new(key, log);
         match self.mirrors.get(&settings.name) {
-            Some(m) => m.inbox.borrow_mut().push_back(MirrorCommand::Add(partition)),
+            Some(m) => m.inbox.borrow_mut().push_back(MirrorCommand::Add(Box::new(partition))),
             None => {
                 let inbox: MirrorInbox = Rc::new(RefCell::new(VecDeque::new()));
                 let name = settings.name.clone();
