@@ -31,6 +31,8 @@ pub struct PartitionStatus {
     pub high_watermark: i64,
     pub stopped: Option<StopReason>,
     pub truncations: u32,
+    /// Batches refused (bad CRC, bad framing) and fetched again.
+    pub bad_batches: u64,
 }
 
 pub type Status = BTreeMap<(String, TopicPartition), PartitionStatus>;
@@ -353,6 +355,15 @@ fn apply_event(status: &Mutex<Status>, removed: &Mutex<Vec<ClosedPartition>>, ev
                 recovery_point,
                 log_start_offset,
             });
+        }
+        ShardEvent::BadBatch {
+            mirror,
+            tp,
+            offset,
+            error,
+        } => {
+            tracing::warn!(mirror, %tp, offset, error, "bad batch from the source refused");
+            status.entry((mirror, tp)).or_default().bad_batches += 1;
         }
         ShardEvent::CommandFailed { mirror, tp, error } => {
             tracing::error!(mirror, %tp, error, "command failed");

@@ -48,4 +48,12 @@ pub enum ShardEvent {
         tp: TopicPartition,
         error: String,
     },
+    /// A batch from the source failed validation and was not appended
+    /// (the same offset is fetched again).
+    BadBatch {
+        mirror: String,
+        tp: TopicPartition,
+        offset: i64,
+        error: String,
+    },
 }

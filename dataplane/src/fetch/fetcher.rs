@@ -502,6 +502,12 @@ impl Fetcher {
                     // for the same offset again.
                     p.failures += 1;
                     tracing::warn!(partition = %p.key, %error, failures = p.failures, "refusing a bad batch from the source; will fetch it again");
+                    self.event(ShardEvent::BadBatch {
+                        mirror: p.key.mirror.clone(),
+                        tp: p.key.tp.clone(),
+                        offset: p.log.log_end_offset(),
+                        error: error.to_string(),
+                    });
                 }
             }
         }

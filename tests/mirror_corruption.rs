@@ -1,0 +1,203 @@
+//! A corrupt batch from the source is never appended: it is logged,
+//! counted and fetched again. A TCP proxy between librdkafka's mock cluster
+//! and the agent flips one byte inside a record batch of the first Fetch
+//! responses (found with our own streaming parser), and rewrites Metadata
+//! so the agent reaches the broker only through the proxy. The mirror must
+//! end byte-identical to a raw Fetch of the source, with the bad batches
+//! counted.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{MetadataResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use rdkafka::ClientConfig;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use ringmirror::agent::Agent;
+use ringmirror::config::AgentConfig;
+use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
+use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
+
+const API_FETCH: i16 = 1;
+const API_METADATA: i16 = 3;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+    s.write_all(&(body.len() as i32).to_be_bytes())?;
+    s.write_all(body)
+}
+
+/// Points every broker in a Metadata response at the proxy.
+fn rewrite_metadata(body: Vec<u8>, version: i16, proxy: SocketAddr) -> Vec<u8> {
+    let header_version = MetadataResponse::header_version(version);
+    let mut buf = Bytes::from(body);
+    let header = ResponseHeader::decode(&mut buf, header_version).expect("metadata header");
+    let mut response = MetadataResponse::decode(&mut buf, version).expect("metadata body");
+    for broker in &mut response.brokers {
+        broker.host = StrBytes::from_string(proxy.ip().to_string());
+        broker.port = i32::from(proxy.port());
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, header_version).unwrap();
+    response.encode(&mut out, version).unwrap();
+    out.to_vec()
+}
+
+/// Flips a byte inside the first batch of the first non-empty records.
+fn corrupt_fetch(body: &mut [u8], version: i16) -> bool {
+    let mut reader = FetchResponseReader::new(version, body.len()).expect("fetch version");
+    let mut pos = 0;
+    loop {
+        let Ok((n, step)) = reader.advance(&body[pos..]) else {
+            return false;
+        };
+        pos += n;
+        match step {
+            FetchStep::Records { records_len } if records_len > 70 => {
+                // Byte 25 of a batch is in lastOffsetDelta, inside the CRC's coverage.
+                body[pos + 25] ^= 0x40;
+                return true;
+            }
+            FetchStep::Records { records_len } => {
+                pos += records_len;
+                reader.records_consumed();
+            }
+            FetchStep::Done | FetchStep::NeedMore => return false,
+            _ => {}
+        }
+    }
+}
+
+/// Relays one client connection to the broker, corrupting while budget lasts.
+fn relay(mut client: TcpStream, upstream: SocketAddr, proxy: SocketAddr, budget: Arc<AtomicUsize>) {
+    let Ok(mut server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let inflight: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
+    let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let requests = Arc::clone(&inflight);
+    std::thread::spawn(move || {
+        while let Ok(body) = read_frame(&mut client_in) {
+            let key = i16::from_be_bytes([body[0], body[1]]);
+            let version = i16::from_be_bytes([body[2], body[3]]);
+            let correlation = i32::from_be_bytes(body[4..8].try_into().unwrap());
+            requests.lock().unwrap().insert(correlation, (key, version));
+            if write_frame(&mut server_out, &body).is_err() {
+                return;
+            }
+        }
+    });
+    while let Ok(mut body) = read_frame(&mut server) {
+        let correlation = i32::from_be_bytes(body[..4].try_into().unwrap());
+        let request = inflight.lock().unwrap().remove(&correlation);
+        match request {
+            Some((API_METADATA, version)) => body = rewrite_metadata(body, version, proxy),
+            Some((API_FETCH, version)) if budget.load(Ordering::SeqCst) > 0 => {
+                if corrupt_fetch(&mut body, version) {
+                    budget.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            _ => {}
+        }
+        if write_frame(&mut client, &body).is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts the proxy in front of `upstream`; it lives as long as the test process.
+fn start_proxy(upstream: SocketAddr, budget: Arc<AtomicUsize>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || relay(client, upstream, proxy, budget));
+        }
+    });
+    proxy
+}
+
+#[test]
+fn corrupt_batches_are_refused_counted_and_fetched_again() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("bad", 1, 1).expect("create topic");
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for i in 0..500 {
+        let value = format!("value-{i}");
+        producer
+            .send(BaseRecord::<str, str>::to("bad").partition(0).key("k").payload(&value))
+            .unwrap();
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    let budget = Arc::new(AtomicUsize::new(3));
+    let proxy = start_proxy(bootstrap.parse().unwrap(), Arc::clone(&budget));
+    let dir = tempfile::tempdir().unwrap();
+    let config = AgentConfig::parse(&format!(
+        r#"
+        data_dir = {:?}
+        shards = 1
+        [[mirror]]
+        name = "dr"
+        bootstrap_servers = ["{proxy}"]
+        topics = ["bad"]
+        fetch_max_wait_ms = 100
+        fetch_partition_max_bytes = 4096
+        "#,
+        dir.path()
+    ))
+    .unwrap();
+    let tp = TopicPartition::new("bad", 0);
+    let mut conn = common::KafkaConnection::connect(&bootstrap, Duration::from_secs(5)).unwrap();
+    let (source, high_watermark) = conn.fetch_all("bad", 0, 0, 10_000).unwrap();
+    let source: Vec<(i64, Vec<u8>)> = source.into_iter().flatten().collect();
+
+    let agent = Agent::start(config).expect("start agent");
+    let started = Instant::now();
+    let key = ("dr".to_string(), tp.clone());
+    while agent
+        .status()
+        .get(&key)
+        .is_none_or(|s| s.log_end_offset < high_watermark)
+    {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "not mirrored: {:?}",
+            agent.status().get(&key)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = agent.status()[&key].clone();
+    agent.stop().unwrap();
+    assert_eq!(budget.load(Ordering::SeqCst), 0, "the proxy corrupted three responses");
+    assert_eq!(status.bad_batches, 3, "each corrupt batch is counted");
+
+    let log_dir = LogDir::open(dir.path()).unwrap();
+    let (log, _) = log_dir.open_partition(&tp, None, LogConfig::default(), 0).unwrap();
+    let ours = common::stored_batches(&log);
+    assert_eq!(ours.len(), source.len());
+    assert!(ours == source, "mirror differs from the source after corrupt batches");
+}
