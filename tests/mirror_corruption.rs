@@ -108,10 +108,8 @@ fn relay(mut client: TcpStream, upstream: SocketAddr, proxy: SocketAddr, budget:
         let request = inflight.lock().unwrap().remove(&correlation);
         match request {
             Some((API_METADATA, version)) => body = rewrite_metadata(body, version, proxy),
-            Some((API_FETCH, version)) if budget.load(Ordering::SeqCst) > 0 => {
-                if corrupt_fetch(&mut body, version) {
-                    budget.fetch_sub(1, Ordering::SeqCst);
-                }
+            Some((API_FETCH, version)) if budget.load(Ordering::SeqCst) > 0 && corrupt_fetch(&mut body, version) => {
+                budget.fetch_sub(1, Ordering::SeqCst);
             }
             _ => {}
         }
