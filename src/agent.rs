@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use glommio::{LocalExecutorBuilder, Placement};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::{MirrorSettings, PartitionKey, ShardEvent, StopReason, fetch_source_metadata};
-use ringmirror_dataplane::log::{LogDir, TopicPartition};
-use ringmirror_dataplane::shard::{ClosedPartition, ShardCommand, ShardHandle, ShardPlan, spawn_shard};
+use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
+use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, spawn_shard};
 
 use crate::config::{AgentConfig, MirrorConfig};
 
@@ -46,9 +46,8 @@ pub struct Agent {
     placement: BTreeMap<(String, TopicPartition), usize>,
     log_dir: Arc<LogDir>,
     status: Arc<Mutex<Status>>,
-    /// Partitions removed while running, for the final checkpoint.
-    removed: Arc<Mutex<Vec<ClosedPartition>>>,
-    events_thread: JoinHandle<()>,
+    /// Ends when every shard has; returns the offset checkpoints it kept.
+    events_thread: JoinHandle<OffsetCheckpoints>,
 }
 
 fn mirror_settings(m: &MirrorConfig) -> MirrorSettings {
@@ -211,15 +210,27 @@ impl Agent {
         drop(events_tx);
         let status = Arc::new(Mutex::new(Status::new()));
         let status_writer = Arc::clone(&status);
-        let removed = Arc::new(Mutex::new(Vec::new()));
-        let removed_writer = Arc::clone(&removed);
+        let mut checkpoints = log_dir.checkpoints().clone();
+        let checkpoint_interval = Duration::from_millis(config.offset_checkpoint_interval_ms);
         let events_thread = std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
+                let mut last_write = std::time::Instant::now();
+                let mut dirty = false;
                 while let Ok(event) = events_rx.recv_blocking() {
                     observer(&event);
-                    apply_event(&status_writer, &removed_writer, event);
+                    dirty |= record_checkpoint(&mut checkpoints, &event);
+                    apply_event(&status_writer, event);
+                    if dirty && last_write.elapsed() >= checkpoint_interval {
+                        // Bounds how much a crash makes the next start re-scan.
+                        if let Err(e) = checkpoints.write() {
+                            tracing::error!(error = %e, "cannot write offset checkpoints");
+                        }
+                        last_write = std::time::Instant::now();
+                        dirty = false;
+                    }
                 }
+                checkpoints
             })
             .context("start events thread")?;
         Ok(Self {
@@ -227,7 +238,6 @@ impl Agent {
             placement,
             log_dir,
             status,
-            removed,
             events_thread,
         })
     }
@@ -297,24 +307,47 @@ impl Agent {
                 Err(e) => failures.push(e),
             }
         }
-        self.events_thread
+        let mut checkpoints = self
+            .events_thread
             .join()
             .map_err(|_| anyhow::anyhow!("events thread panicked"))?;
-        let mut log_dir = Arc::try_unwrap(self.log_dir).map_err(|_| anyhow::anyhow!("log dir still in use"))?;
-        let removed = std::mem::take(&mut *self.removed.lock().expect("removed lock"));
-        for c in removed.iter().chain(&closed) {
-            log_dir.record_offsets(&c.tp, c.recovery_point, c.log_start_offset);
+        drop(self.log_dir);
+        for c in &closed {
+            checkpoints.record_offsets(&c.tp, c.recovery_point, c.log_start_offset);
         }
         if !failures.is_empty() {
+            checkpoints.write().context("write offset checkpoints")?;
             bail!("shards failed to stop cleanly: {}", failures.join("; "));
         }
-        log_dir.mark_clean_shutdown().context("mark clean shutdown")?;
+        checkpoints.mark_clean_shutdown().context("mark clean shutdown")?;
         tracing::info!(partitions = closed.len(), "agent stopped cleanly");
         Ok(())
     }
 }
 
-fn apply_event(status: &Mutex<Status>, removed: &Mutex<Vec<ClosedPartition>>, event: ShardEvent) {
+/// Keeps the checkpoint entries current; returns whether they changed.
+fn record_checkpoint(checkpoints: &mut OffsetCheckpoints, event: &ShardEvent) -> bool {
+    match event {
+        ShardEvent::Checkpoint {
+            tp,
+            recovery_point,
+            log_start_offset,
+            ..
+        }
+        | ShardEvent::Removed {
+            tp,
+            recovery_point,
+            log_start_offset,
+            ..
+        } => {
+            checkpoints.record_offsets(tp, *recovery_point, *log_start_offset);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
     let mut status = status.lock().expect("status lock");
     match event {
         ShardEvent::Progress {
@@ -348,14 +381,10 @@ fn apply_event(status: &Mutex<Status>, removed: &Mutex<Vec<ClosedPartition>>, ev
             recovery_point,
             log_start_offset,
         } => {
-            tracing::info!(mirror, %tp, "partition no longer mirrored");
-            status.remove(&(mirror, tp.clone()));
-            removed.lock().expect("removed lock").push(ClosedPartition {
-                tp,
-                recovery_point,
-                log_start_offset,
-            });
+            tracing::info!(mirror, %tp, recovery_point, log_start_offset, "partition no longer mirrored");
+            status.remove(&(mirror, tp));
         }
+        ShardEvent::Checkpoint { .. } => {}
         ShardEvent::BadBatch {
             mirror,
             tp,

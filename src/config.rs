@@ -29,6 +29,10 @@ pub struct AgentConfig {
     /// Shard executors; default: one per available core.
     #[serde(default)]
     pub shards: Option<usize>,
+    /// How often recovery points are checkpointed while running (Kafka's
+    /// `log.flush.offset.checkpoint.interval.ms`); bounds the re-scan after a crash.
+    #[serde(default = "default_offset_checkpoint_interval_ms")]
+    pub offset_checkpoint_interval_ms: u64,
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default, rename = "mirror")]
@@ -68,6 +72,9 @@ pub struct MirrorConfig {
     pub ingest: IngestMode,
 }
 
+fn default_offset_checkpoint_interval_ms() -> u64 {
+    10_000
+}
 fn default_topics_exclude() -> String {
     "__.*".into()
 }

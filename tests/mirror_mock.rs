@@ -70,6 +70,7 @@ fn config_with(data_dir: &Path, bootstrap: &str, topics: &[&str], ingest: &str) 
         r#"
         data_dir = {data_dir:?}
         shards = 2
+        offset_checkpoint_interval_ms = 100
         [log]
         segment_bytes = 65536
         [[mirror]]
@@ -300,4 +301,40 @@ fn pause_resume_and_remove_commands_take_effect() {
             .map(|(o, b)| o + common::batch_view(b).last_offset_delta() as i64 + 1),
         Some(ends[&p1])
     );
+}
+
+#[test]
+fn recovery_points_are_checkpointed_while_running() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("rolling", 2, 1).expect("create topic");
+    produce(&bootstrap, "rolling", 2, 3000, "none", 0);
+    let tps = partitions(&[("rolling", 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(config(dir.path(), &bootstrap, &["rolling"])).expect("start agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    // Segments of 64 KiB rolled; each roll moved the recovery point, and the
+    // running agent writes it down (checked before any clean stop).
+    let started = Instant::now();
+    let checkpoint = dir.path().join("recovery-point-offset-checkpoint");
+    loop {
+        produce(&bootstrap, "rolling", 2, 10, "none", 100_000);
+        let text = std::fs::read_to_string(&checkpoint).unwrap_or_default();
+        let points: Vec<i64> = text
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        if points.len() == 2 && points.iter().all(|&p| p > 0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < MIRROR_DEADLINE,
+            "no recovery points checkpointed: {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!dir.path().join(".kafka_cleanshutdown").exists());
+    agent.stop().expect("clean stop");
+    assert!(dir.path().join(".kafka_cleanshutdown").exists());
 }

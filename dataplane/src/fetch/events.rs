@@ -56,4 +56,12 @@ pub enum ShardEvent {
         offset: i64,
         error: String,
     },
+    /// A partition's recovery point (everything below is on disk) or log
+    /// start moved: what the data directory's checkpoint files record.
+    Checkpoint {
+        mirror: String,
+        tp: TopicPartition,
+        recovery_point: i64,
+        log_start_offset: i64,
+    },
 }

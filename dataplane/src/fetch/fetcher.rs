@@ -517,6 +517,16 @@ impl Fetcher {
     /// Reports progress at most once per interval, and always when the
     /// partition has just caught up with the source.
     fn report_progress(&self, p: &mut MirrorPartition) {
+        let checkpoint = (p.log.recovery_point(), p.log.log_start_offset());
+        if checkpoint != p.last_checkpoint {
+            p.last_checkpoint = checkpoint;
+            self.event(ShardEvent::Checkpoint {
+                mirror: p.key.mirror.clone(),
+                tp: p.key.tp.clone(),
+                recovery_point: checkpoint.0,
+                log_start_offset: checkpoint.1,
+            });
+        }
         let now = now_ms();
         let end = p.log.log_end_offset();
         let caught_up = end >= p.high_watermark && end != p.last_progress_offset;

@@ -58,6 +58,8 @@ pub struct MirrorPartition {
     /// When the last progress event went out, and the log end it reported.
     pub last_progress_ms: u64,
     pub last_progress_offset: i64,
+    /// The (recovery point, log start) last reported for the checkpoints.
+    pub last_checkpoint: (i64, i64),
 }
 
 impl MirrorPartition {
@@ -73,6 +75,7 @@ impl MirrorPartition {
             failures: 0,
             last_progress_ms: 0,
             last_progress_offset: -1,
+            last_checkpoint: (-1, -1),
         }
     }
 

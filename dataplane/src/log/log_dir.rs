@@ -50,11 +50,57 @@ impl fmt::Display for TopicPartition {
     }
 }
 
+/// The data directory's two offset checkpoint files, in memory: recovery
+/// points and log start offsets per partition. Whoever owns it decides when
+/// to write (periodically while running, and at clean shutdown).
+#[derive(Debug, Clone)]
+pub struct OffsetCheckpoints {
+    path: PathBuf,
+    recovery_points: BTreeMap<TopicPartition, i64>,
+    log_starts: BTreeMap<TopicPartition, i64>,
+}
+
+impl OffsetCheckpoints {
+    /// Records a partition's recovery point and log start for the next write.
+    pub fn record_offsets(&mut self, tp: &TopicPartition, recovery_point: i64, log_start_offset: i64) {
+        self.recovery_points.insert(tp.clone(), recovery_point);
+        self.log_starts.insert(tp.clone(), log_start_offset);
+    }
+
+    /// Forgets a deleted partition's entries.
+    pub fn forget(&mut self, tp: &TopicPartition) {
+        self.recovery_points.remove(tp);
+        self.log_starts.remove(tp);
+    }
+
+    pub fn recovery_point(&self, tp: &TopicPartition) -> Option<i64> {
+        self.recovery_points.get(tp).copied()
+    }
+
+    /// Writes both checkpoint files durably.
+    pub fn write(&self) -> Result<()> {
+        let lines = |m: &BTreeMap<TopicPartition, i64>| {
+            m.iter()
+                .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
+                .collect::<Vec<_>>()
+        };
+        write_checkpoint(&self.path.join(RECOVERY_POINT_CHECKPOINT), lines(&self.recovery_points))?;
+        write_checkpoint(&self.path.join(LOG_START_CHECKPOINT), lines(&self.log_starts))
+    }
+
+    /// Clean shutdown of a directory whose logs are all closed and whose
+    /// offsets were recorded: writes the checkpoints, then the marker — in
+    /// that order, so the marker never vouches for unsaved state.
+    pub fn mark_clean_shutdown(self) -> Result<()> {
+        self.write()?;
+        write_atomically(&self.path.join(CLEAN_SHUTDOWN_MARKER), b"")
+    }
+}
+
 pub struct LogDir {
     path: PathBuf,
     clean_shutdown: bool,
-    recovery_points: BTreeMap<TopicPartition, i64>,
-    log_starts: BTreeMap<TopicPartition, i64>,
+    checkpoints: OffsetCheckpoints,
 }
 
 fn parse_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
@@ -88,11 +134,15 @@ impl LogDir {
             remove_if_exists(&marker)?;
             fsync_dir(&path)?;
         }
-        Ok(Self {
+        let checkpoints = OffsetCheckpoints {
             recovery_points: parse_offsets(&path.join(RECOVERY_POINT_CHECKPOINT))?,
             log_starts: parse_offsets(&path.join(LOG_START_CHECKPOINT))?,
+            path: path.clone(),
+        };
+        Ok(Self {
             path,
             clean_shutdown,
+            checkpoints,
         })
     }
 
@@ -136,17 +186,17 @@ impl LogDir {
             dir: self.partition_dir(tp),
             topic_id,
             config,
-            recovery_point: self.recovery_points.get(tp).copied().unwrap_or(0),
-            log_start_offset: self.log_starts.get(tp).copied().unwrap_or(0),
+            recovery_point: self.checkpoints.recovery_points.get(tp).copied().unwrap_or(0),
+            log_start_offset: self.checkpoints.log_starts.get(tp).copied().unwrap_or(0),
             clean_shutdown: self.clean_shutdown,
             now_ms,
         })
     }
 
-    /// Records a partition's recovery point and log start for the next checkpoint.
-    pub fn record_offsets(&mut self, tp: &TopicPartition, recovery_point: i64, log_start_offset: i64) {
-        self.recovery_points.insert(tp.clone(), recovery_point);
-        self.log_starts.insert(tp.clone(), log_start_offset);
+    /// The checkpoints as read at open, for an owner that keeps them
+    /// current while the directory's logs run elsewhere.
+    pub fn checkpoints(&self) -> &OffsetCheckpoints {
+        &self.checkpoints
     }
 
     /// Records the logs' recovery points and log starts, and writes both
@@ -156,43 +206,22 @@ impl LogDir {
         logs: impl IntoIterator<Item = (&'a TopicPartition, &'a PartitionLog)>,
     ) -> Result<()> {
         for (tp, log) in logs {
-            self.record_offsets(tp, log.recovery_point(), log.log_start_offset());
+            self.checkpoints
+                .record_offsets(tp, log.recovery_point(), log.log_start_offset());
         }
-        self.write_checkpoints()
+        self.checkpoints.write()
     }
 
-    fn write_checkpoints(&self) -> Result<()> {
-        let lines = |m: &BTreeMap<TopicPartition, i64>| {
-            m.iter()
-                .map(|(tp, o)| format!("{} {} {o}", tp.topic, tp.partition))
-                .collect::<Vec<_>>()
-        };
-        write_checkpoint(&self.path.join(RECOVERY_POINT_CHECKPOINT), lines(&self.recovery_points))?;
-        write_checkpoint(&self.path.join(LOG_START_CHECKPOINT), lines(&self.log_starts))
-    }
-
-    /// Forgets a deleted partition's checkpoint entries.
-    pub fn forget(&mut self, tp: &TopicPartition) {
-        self.recovery_points.remove(tp);
-        self.log_starts.remove(tp);
-    }
-
-    /// Clean shutdown of a directory whose logs are all closed and whose
-    /// offsets were recorded: writes the checkpoints, then the marker — in
-    /// that order, so the marker never vouches for unsaved state.
-    pub fn mark_clean_shutdown(self) -> Result<()> {
-        self.write_checkpoints()?;
-        write_atomically(&self.path.join(CLEAN_SHUTDOWN_MARKER), b"")
-    }
-
-    /// Clean shutdown: closes every log, then [`Self::mark_clean_shutdown`].
+    /// Clean shutdown: closes every log, records its offsets, then
+    /// [`OffsetCheckpoints::mark_clean_shutdown`].
     pub fn close(mut self, logs: Vec<(TopicPartition, PartitionLog)>, now_ms: u64) -> Result<()> {
         for (tp, mut log) in logs {
             log.flush(now_ms)?;
-            self.record_offsets(&tp, log.recovery_point(), log.log_start_offset());
+            self.checkpoints
+                .record_offsets(&tp, log.recovery_point(), log.log_start_offset());
             log.close(now_ms)?;
         }
-        self.mark_clean_shutdown()
+        self.checkpoints.mark_clean_shutdown()
     }
 }
 

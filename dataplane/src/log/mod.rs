@@ -28,7 +28,7 @@ mod txn_index;
 pub use config::LogConfig;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use error::LogError;
-pub use log_dir::{LogDir, TopicPartition};
+pub use log_dir::{LogDir, OffsetCheckpoints, TopicPartition};
 pub use partition_log::{AppendInfo, OpenOptions, PartitionLog, ReadSlice, RecoveryReport, TimestampOffset};
 pub use producer_state::{ProducerEntry, ProducerState};
 pub use txn_index::AbortedTxn;
