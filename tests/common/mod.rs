@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use ringmirror_dataplane::batch::{BatchIter, Record, RecordBatch};
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
 use serde_json::Value;
 
 /// Whole batches as (base offset, bytes), in log order.
@@ -322,6 +323,7 @@ pub struct KafkaConnection {
     stream: TcpStream,
     correlation_id: i32,
     fetch_version: i16,
+    max_wait_ms: i32,
 }
 
 impl KafkaConnection {
@@ -342,6 +344,7 @@ impl KafkaConnection {
                         stream,
                         correlation_id: 0,
                         fetch_version: 11,
+                        max_wait_ms: 100,
                     });
                 }
                 Err(e) => last_err = Some(e),
@@ -357,6 +360,14 @@ impl KafkaConnection {
             "Fetch v{version} is not supported by this helper"
         );
         self.fetch_version = version;
+        self
+    }
+
+    /// How long the broker may wait for data before answering a Fetch (100 ms
+    /// unless set; brokers, and the mock cluster, wait this long whenever
+    /// there is nothing to return — 0 makes probes past the end quick).
+    pub fn with_max_wait_ms(mut self, max_wait_ms: i32) -> Self {
+        self.max_wait_ms = max_wait_ms;
         self
     }
 
@@ -416,7 +427,7 @@ impl KafkaConnection {
         let version = self.fetch_version;
         let request = FetchRequest::default()
             .with_replica_id((-1).into())
-            .with_max_wait_ms(100)
+            .with_max_wait_ms(self.max_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(max_bytes)
             .with_isolation_level(0)
@@ -504,4 +515,432 @@ impl KafkaConnection {
             "{topic}-{partition}: reached offset {offset} of high watermark {high_watermark} in {max_requests} Fetches"
         )))
     }
+}
+
+// ---------------------------------------------------------------------------
+// Mirror checks: our logs against a raw Fetch of the source
+// ---------------------------------------------------------------------------
+
+/// Kafka's OFFSET_OUT_OF_RANGE error code.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+/// One source partition as raw Fetches from its leader see it.
+#[derive(Debug, Clone)]
+pub struct SourcePartitionLog {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Every whole batch from the log start to the high watermark, exactly as served.
+    pub batches: Batches,
+}
+
+/// Fetches every batch of `topic`-`partition` the source still holds, from
+/// its log start offset (learned from a Fetch at offset 0, which answers
+/// OFFSET_OUT_OF_RANGE with the log start once retention has moved it) to
+/// the high watermark. Asks each broker of `bootstrap` in turn (only the
+/// leader answers) and retries whatever goes wrong meanwhile — injected
+/// errors, a moving leader, retention racing the fetch — until `timeout`.
+pub fn source_partition_log(bootstrap: &str, topic: &str, partition: i32, timeout: Duration) -> SourcePartitionLog {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = String::from("no broker answered");
+    loop {
+        for broker in bootstrap.split(',') {
+            match try_source_partition_log(broker, topic, partition) {
+                Ok(log) => return log,
+                Err(e) => last_error = format!("{broker}: {e}"),
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cannot fetch {topic}-{partition} from the source within {timeout:?}: {last_error}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn try_source_partition_log(broker: &str, topic: &str, partition: i32) -> std::io::Result<SourcePartitionLog> {
+    let mut conn = KafkaConnection::connect(broker, Duration::from_secs(5))?.with_max_wait_ms(0);
+    let probe = conn.fetch(topic, partition, 0, 1)?;
+    let log_start_offset = match probe.error_code {
+        0 | OFFSET_OUT_OF_RANGE => probe.log_start_offset.max(0),
+        code => return Err(std::io::Error::other(format!("Fetch at 0: error code {code}"))),
+    };
+    let (responses, high_watermark) = conn.fetch_all(topic, partition, log_start_offset, 1_000_000)?;
+    let batches: Batches = responses.into_iter().flatten().collect();
+    // Retention may have moved the start while we fetched: ask again.
+    let again = conn.fetch(topic, partition, high_watermark, 1)?;
+    if again.error_code != 0 || again.log_start_offset != log_start_offset {
+        return Err(std::io::Error::other(format!(
+            "log start moved from {log_start_offset} to {} (error code {}) while fetching",
+            again.log_start_offset, again.error_code
+        )));
+    }
+    if let Some((first, _)) = batches.first()
+        && *first != log_start_offset
+    {
+        return Err(std::io::Error::other(format!(
+            "first batch at {first}, log start {log_start_offset}"
+        )));
+    }
+    Ok(SourcePartitionLog {
+        log_start_offset,
+        high_watermark,
+        batches,
+    })
+}
+
+/// One of our partition logs as the data dir holds it.
+#[derive(Debug, Clone)]
+pub struct MirroredPartitionLog {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// Every stored batch, including any kept below the log start in its first segment.
+    pub batches: Batches,
+    /// The leader-epoch cache: (epoch, start offset).
+    pub epochs: Vec<(i32, i64)>,
+    /// Base offsets of the segments.
+    pub segment_bases: Vec<i64>,
+}
+
+/// Opens the data dir and the logs of `tps` (the agent must be stopped),
+/// reads them, and closes them cleanly again, so the next agent start sees
+/// the same clean (or unclean) state as before — except that opening after
+/// an unclean stop runs recovery.
+pub fn mirrored_partition_logs(
+    data_dir: &Path,
+    tps: &[TopicPartition],
+) -> BTreeMap<TopicPartition, MirroredPartitionLog> {
+    let was_clean = data_dir.join(".kafka_cleanshutdown").exists();
+    let log_dir = LogDir::open(data_dir).unwrap_or_else(|e| panic!("open data dir {}: {e}", data_dir.display()));
+    // Only reading: reserve and pre-fault little for the active segments.
+    let config = LogConfig {
+        preallocate_bytes: 4096,
+        prefault_bytes: 4096,
+        ..LogConfig::default()
+    };
+    let mut out = BTreeMap::new();
+    let mut logs = Vec::new();
+    for tp in tps {
+        let (log, _) = log_dir
+            .open_partition(tp, None, config.clone(), 0)
+            .unwrap_or_else(|e| panic!("open our log of {tp}: {e}"));
+        out.insert(
+            tp.clone(),
+            MirroredPartitionLog {
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: log.log_end_offset(),
+                batches: stored_batches(&log),
+                epochs: log
+                    .epoch_cache()
+                    .entries()
+                    .iter()
+                    .map(|e| (e.epoch, e.start_offset))
+                    .collect(),
+                segment_bases: log.segment_base_offsets(),
+            },
+        );
+        logs.push((tp.clone(), log));
+    }
+    if was_clean {
+        log_dir.close(logs, 0).expect("close the logs cleanly again");
+    }
+    out
+}
+
+/// Asserts that our log of every partition in `tps` holds exactly what the
+/// source serves: the same log start offset, and from there to the source's
+/// high watermark the same batches, byte for byte, at the same offsets — no
+/// gap, no duplicate, nothing more. Batches we keep below the log start (in
+/// the segment that holds it, as Kafka does) must end at or below it.
+/// Returns both sides per partition for further checks.
+pub fn assert_mirrors_source(
+    data_dir: &Path,
+    bootstrap: &str,
+    tps: &[TopicPartition],
+) -> BTreeMap<TopicPartition, (SourcePartitionLog, MirroredPartitionLog)> {
+    let ours = mirrored_partition_logs(data_dir, tps);
+    let mut out = BTreeMap::new();
+    for (tp, ours) in ours {
+        let source = source_partition_log(bootstrap, &tp.topic, tp.partition, Duration::from_secs(30));
+        assert_partition_mirrors_source(&tp, &source, &ours);
+        out.insert(tp, (source, ours));
+    }
+    out
+}
+
+/// The per-partition check of [`assert_mirrors_source`].
+pub fn assert_partition_mirrors_source(tp: &TopicPartition, source: &SourcePartitionLog, ours: &MirroredPartitionLog) {
+    assert!(
+        !source.batches.is_empty(),
+        "{tp}: the source holds no data (a test that checks nothing)"
+    );
+    // Offsets strictly increase through our whole log: nothing is stored twice.
+    let mut next = i64::MIN;
+    for (base, bytes) in &ours.batches {
+        let batch = batch_view(bytes);
+        assert!(
+            *base >= next,
+            "{tp}: our batch at {base} overlaps the previous one (ends at {next}): a duplicate"
+        );
+        assert!(batch.crc_is_valid(), "{tp}: our batch at {base} fails its CRC");
+        next = batch.next_offset();
+    }
+    assert_eq!(
+        ours.log_start_offset, source.log_start_offset,
+        "{tp}: our log start offset must be the source's"
+    );
+    assert_eq!(
+        ours.log_end_offset, source.high_watermark,
+        "{tp}: our log end offset must be the source's high watermark"
+    );
+    let from_start: Vec<&(i64, Vec<u8>)> = ours
+        .batches
+        .iter()
+        .filter(|(base, _)| *base >= source.log_start_offset)
+        .collect();
+    if let Some((base, bytes)) = ours.batches.iter().rfind(|(base, _)| *base < source.log_start_offset) {
+        assert!(
+            batch_view(bytes).next_offset() <= source.log_start_offset,
+            "{tp}: our batch at {base} straddles the log start {}",
+            source.log_start_offset
+        );
+    }
+    for (i, (s_base, s_bytes)) in source.batches.iter().enumerate() {
+        let Some((o_base, o_bytes)) = from_start.get(i) else {
+            panic!(
+                "{tp}: we hold {} batches from the log start {}, the source {}: ours end before its batch at {s_base}",
+                from_start.len(),
+                source.log_start_offset,
+                source.batches.len()
+            );
+        };
+        assert_eq!(
+            o_base, s_base,
+            "{tp}: batch #{i} from the log start is at {o_base} in ours, at {s_base} at the source (a gap or a duplicate)"
+        );
+        if o_bytes != s_bytes {
+            let at = o_bytes.iter().zip(s_bytes).position(|(a, b)| a != b);
+            panic!(
+                "{tp}: batch at {o_base} differs from the source's bytes (lengths {} and {}, first difference at byte {at:?})",
+                o_bytes.len(),
+                s_bytes.len()
+            );
+        }
+    }
+    assert_eq!(
+        from_start.len(),
+        source.batches.len(),
+        "{tp}: we hold batches the source does not"
+    );
+}
+
+/// Checks that our leader-epoch cache says where each epoch of the
+/// mirrored batches (from the log start on) begins; returns how many epochs.
+pub fn assert_epoch_cache_matches_batches(tp: &TopicPartition, ours: &MirroredPartitionLog) -> usize {
+    let mut expected: Vec<(i32, i64)> = Vec::new();
+    for (base, bytes) in ours.batches.iter().filter(|(b, _)| *b >= ours.log_start_offset) {
+        let epoch = batch_view(bytes).partition_leader_epoch();
+        if expected.last().is_none_or(|&(e, _)| e != epoch) {
+            expected.push((epoch, *base));
+        }
+    }
+    assert_eq!(ours.epochs, expected, "{tp}: leader-epoch cache");
+    expected.len()
+}
+
+// ---------------------------------------------------------------------------
+// Watching a running agent's segment files from outside
+// ---------------------------------------------------------------------------
+
+/// What a read-only scan of a partition directory found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskScan {
+    /// Base offsets of the `.log` files.
+    pub segment_bases: Vec<i64>,
+    /// (base offset, next offset) of each whole, CRC-valid batch, in order,
+    /// up to the first byte that is not one.
+    pub batches: Vec<(i64, i64)>,
+}
+
+impl DiskScan {
+    /// The offset after the last whole batch, if any.
+    pub fn end_offset(&self) -> Option<i64> {
+        self.batches.last().map(|&(_, next)| next)
+    }
+}
+
+/// Reads a partition directory's segment files read-only — an agent may be
+/// writing them at the same time — and lists the whole, CRC-valid batches
+/// with increasing offsets, stopping at the first byte that is not one (a
+/// batch still being received, preallocated zeros). Never opens the log,
+/// so it cannot disturb the writer.
+pub fn scan_partition_dir(dir: &Path) -> DiskScan {
+    let mut scan = DiskScan::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return scan;
+    };
+    let mut files: Vec<(i64, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter_map(|p| Some((p.file_stem()?.to_str()?.parse().ok()?, p)))
+        .collect();
+    files.sort();
+    scan.segment_bases = files.iter().map(|(b, _)| *b).collect();
+    let mut next = i64::MIN;
+    for (_, path) in files {
+        // A segment may be deleted (truncation, retention) under our feet.
+        let Ok(bytes) = std::fs::read(&path) else { break };
+        let mut whole = true;
+        let mut iter = BatchIter::new(&bytes, MAX_BATCH_BYTES);
+        for item in iter.by_ref() {
+            let Ok((_, batch)) = item else {
+                whole = false;
+                break;
+            };
+            if !batch.crc_is_valid() || batch.base_offset() < next {
+                whole = false;
+                break;
+            }
+            next = batch.next_offset();
+            scan.batches.push((batch.base_offset(), next));
+        }
+        if !whole || iter.position() != bytes.len() {
+            break;
+        }
+    }
+    scan
+}
+
+// ---------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so a
+/// failing test never leaves it running (see also [`ChildGuard::spawn`]).
+pub struct ChildGuard {
+    child: Option<std::process::Child>,
+    what: String,
+}
+
+impl ChildGuard {
+    /// Spawns `command` so that it is SIGKILLed when the spawning thread
+    /// ends — even if this test process is killed and never runs `Drop`.
+    pub fn spawn(command: &mut Command, what: impl Into<String>) -> std::io::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Ok(Self::new(command.spawn()?, what))
+    }
+
+    pub fn new(child: std::process::Child, what: impl Into<String>) -> Self {
+        Self {
+            child: Some(child),
+            what: what.into(),
+        }
+    }
+
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.child.as_mut().expect("child not yet reaped")
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().expect("child not yet reaped").id()
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with the pid of our own, not yet reaped child.
+        let rc = unsafe { libc::kill(self.id() as libc::pid_t, signal) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({}, {signal}) of {}: {}",
+            self.id(),
+            self.what,
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits up to `timeout` for the child to exit; `None` if it did not.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child().try_wait().expect("wait for child") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("child not yet reaped");
+        let _ = child.kill();
+        child.wait().expect("reap killed child")
+    }
+
+    /// Whether the child is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child().try_wait().expect("wait for child").is_none()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(None) = child.try_wait() {
+                eprintln!("killing {} (pid {})", self.what, child.id());
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The source's (log start offset, high watermark) of `topic`-`partition`,
+/// from a Fetch far past the end of its leader: librdkafka's mock cluster
+/// answers OFFSET_OUT_OF_RANGE with both filled in and no records (a Kafka
+/// broker may leave them -1: then this keeps retrying until `timeout`).
+/// Retries like [`source_partition_log`].
+pub fn source_offsets(bootstrap: &str, topic: &str, partition: i32, timeout: Duration) -> (i64, i64) {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = String::from("no broker answered");
+    loop {
+        for broker in bootstrap.split(',') {
+            let answer = KafkaConnection::connect(broker, Duration::from_secs(5))
+                .and_then(|conn| conn.with_max_wait_ms(0).fetch(topic, partition, i64::MAX / 2, 1));
+            match answer {
+                Ok(f)
+                    if matches!(f.error_code, 0 | OFFSET_OUT_OF_RANGE)
+                        && f.high_watermark >= 0
+                        && f.log_start_offset >= 0 =>
+                {
+                    return (f.log_start_offset, f.high_watermark);
+                }
+                Ok(f) => last_error = format!("{broker}: error code {}", f.error_code),
+                Err(e) => last_error = format!("{broker}: {e}"),
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no offsets of {topic}-{partition} from the source within {timeout:?}: {last_error}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The source's high watermark of `topic`-`partition` (see [`source_offsets`]).
+pub fn source_high_watermark(bootstrap: &str, topic: &str, partition: i32, timeout: Duration) -> i64 {
+    source_offsets(bootstrap, topic, partition, timeout).1
 }
