@@ -10,19 +10,19 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use glommio::{LocalExecutorBuilder, Placement};
-use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::fetch::{MirrorSettings, PartitionKey, ShardEvent, StopReason, fetch_source_metadata};
+use ringmirror_dataplane::fetch::{ShardEvent, StopReason};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, spawn_shard};
 
-use crate::config::{AgentConfig, MirrorConfig};
+use crate::config::AgentConfig;
+use crate::discovery::{Discovery, Placement};
 
 /// glommio's default registered I/O memory per ring.
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;
 /// glommio registers I/O memory on this many rings per executor.
 const IO_RINGS_PER_EXECUTOR: usize = 3;
-const DISCOVERY_ATTEMPTS_MAX: u32 = 10;
+/// How long `start` waits for the first discovery round before returning.
+const FIRST_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
 
 /// What the agent knows of one mirrored partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,30 +42,13 @@ pub type EventObserver = Box<dyn Fn(&ShardEvent) + Send>;
 
 pub struct Agent {
     shards: Vec<ShardHandle>,
-    /// Which shard holds each mirrored partition.
-    placement: BTreeMap<(String, TopicPartition), usize>,
+    /// Which shard holds each mirrored partition (kept by discovery).
+    placement: Placement,
+    discovery: Discovery,
     log_dir: Arc<LogDir>,
     status: Arc<Mutex<Status>>,
     /// Ends when every shard has; returns the offset checkpoints it kept.
     events_thread: JoinHandle<OffsetCheckpoints>,
-}
-
-fn mirror_settings(m: &MirrorConfig) -> MirrorSettings {
-    MirrorSettings {
-        name: m.name.clone(),
-        bootstrap_servers: m.bootstrap_servers.clone(),
-        fetch_max_bytes: m.fetch_max_bytes,
-        fetch_partition_max_bytes: m.fetch_partition_max_bytes,
-        fetch_max_wait_ms: m.fetch_max_wait_ms,
-        fetch_min_bytes: m.fetch_min_bytes,
-        metadata_refresh_ms: m.metadata_refresh_interval_ms,
-        ingest: m.ingest,
-        connection: ConnectionOptions {
-            client_id: format!("ringmirror-{}", m.name),
-            ..ConnectionOptions::default()
-        },
-        ..MirrorSettings::default()
-    }
 }
 
 /// Registered I/O memory per ring that fits RLIMIT_MEMLOCK for a non-root
@@ -83,7 +66,7 @@ fn io_memory_bytes(executors: usize) -> usize {
     if euid == 0 || limit == libc::RLIM_INFINITY {
         return IO_MEMORY_DEFAULT_BYTES;
     }
-    // +1 executor for start-up discovery.
+    // +1 executor for discovery.
     let fit = (limit as usize / (IO_RINGS_PER_EXECUTOR * (executors + 1))) & !0xfff;
     if fit < IO_MEMORY_DEFAULT_BYTES {
         tracing::warn!(
@@ -93,68 +76,6 @@ fn io_memory_bytes(executors: usize) -> usize {
         );
     }
     fit.min(IO_MEMORY_DEFAULT_BYTES)
-}
-
-/// Looks up which source partitions a mirror covers.
-fn discover(m: &MirrorConfig, io_memory: usize) -> anyhow::Result<Vec<PartitionKey>> {
-    let include = m
-        .topics_include
-        .as_deref()
-        .map(|r| regex::Regex::new(&format!("^(?:{r})$")))
-        .transpose()?;
-    let exclude = regex::Regex::new(&format!("^(?:{})$", m.topics_exclude))?;
-    let settings = mirror_settings(m);
-    let named = m.topics.clone();
-    let want_all = include.is_some();
-    let metadata = LocalExecutorBuilder::new(Placement::Unbound)
-        .name("discovery")
-        .io_memory(io_memory)
-        .spawn(move || async move {
-            let mut last_error = None;
-            for attempt in 0..DISCOVERY_ATTEMPTS_MAX {
-                for addr in &settings.bootstrap_servers {
-                    let result = async {
-                        let mut conn = Connection::connect(addr, settings.connection.clone()).await?;
-                        fetch_source_metadata(&mut conn, if want_all { None } else { Some(&named[..]) }).await
-                    }
-                    .await;
-                    match result {
-                        Ok(metadata) => return Ok(metadata),
-                        Err(e) => last_error = Some(format!("{addr}: {e}")),
-                    }
-                }
-                glommio::timer::sleep(Duration::from_millis(200 << attempt.min(5))).await;
-            }
-            Err(last_error.unwrap_or_else(|| "no bootstrap servers".into()))
-        })
-        .map_err(|e| anyhow::anyhow!("start discovery executor: {e}"))?
-        .join()
-        .map_err(|e| anyhow::anyhow!("discovery executor: {e}"))?
-        .map_err(|e| anyhow::anyhow!("mirror {:?}: cannot read source metadata: {e}", m.name))?;
-    for name in &m.topics {
-        if !metadata.topics.contains_key(name) {
-            tracing::error!(
-                mirror = m.name,
-                topic = name,
-                "topic does not exist at the source; not mirroring it"
-            );
-        }
-    }
-    let mut keys: Vec<PartitionKey> = metadata
-        .partitions
-        .iter()
-        .filter(|(tp, _)| {
-            (m.topics.contains(&tp.topic) || include.as_ref().is_some_and(|r| r.is_match(&tp.topic)))
-                && !exclude.is_match(&tp.topic)
-        })
-        .map(|(tp, p)| PartitionKey {
-            mirror: m.name.clone(),
-            topic_id: p.topic_id,
-            tp: tp.clone(),
-        })
-        .collect();
-    keys.sort_by(|a, b| a.tp.cmp(&b.tp));
-    Ok(keys)
 }
 
 impl Agent {
@@ -169,38 +90,14 @@ impl Agent {
         let io_memory = io_memory_bytes(shard_count);
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
-        let log_config = config.log.clone();
-        let mut plans: Vec<ShardPlan> = (0..shard_count)
+        let plans: Vec<ShardPlan> = (0..shard_count)
             .map(|index| ShardPlan {
                 index,
                 cpu: index % cores,
                 io_memory_bytes: io_memory,
-                mirrors: Vec::new(),
-                log_config: log_config.clone(),
+                log_config: config.log.clone(),
             })
             .collect();
-        let mut seen = std::collections::BTreeSet::new();
-        let mut placement = BTreeMap::new();
-        for m in &config.mirrors {
-            let keys = discover(m, io_memory)?;
-            tracing::info!(mirror = m.name, partitions = keys.len(), "mirroring");
-            let mut per_shard: Vec<Vec<PartitionKey>> = vec![Vec::new(); shard_count];
-            for key in keys {
-                if !seen.insert(key.tp.clone()) {
-                    bail!(
-                        "{} is mirrored by two mirrors; each destination partition has one source",
-                        key.tp
-                    );
-                }
-                placement.insert((m.name.clone(), key.tp.clone()), key.shard(shard_count));
-                per_shard[key.shard(shard_count)].push(key);
-            }
-            for (plan, keys) in plans.iter_mut().zip(per_shard) {
-                if !keys.is_empty() {
-                    plan.mirrors.push((mirror_settings(m), keys));
-                }
-            }
-        }
         let log_dir = Arc::new(log_dir);
         let (events_tx, events_rx) = async_channel::bounded::<ShardEvent>(4096);
         let mut shards = Vec::with_capacity(shard_count);
@@ -233,9 +130,23 @@ impl Agent {
                 checkpoints
             })
             .context("start events thread")?;
+        let placement: Placement = Arc::default();
+        let (first_round_tx, first_round) = std::sync::mpsc::channel();
+        let commands = shards.iter().map(ShardHandle::commands).collect();
+        let discovery = Discovery::start(
+            &config.mirrors,
+            commands,
+            Arc::clone(&placement),
+            io_memory,
+            first_round_tx,
+        )?;
+        if first_round.recv_timeout(FIRST_DISCOVERY_WAIT).is_err() {
+            tracing::warn!("first discovery round is slow; partitions will be placed as they are found");
+        }
         Ok(Self {
             shards,
             placement,
+            discovery,
             log_dir,
             status,
             events_thread,
@@ -245,9 +156,13 @@ impl Agent {
     fn command(&self, mirror: &str, tp: &TopicPartition, command: ShardCommand) -> anyhow::Result<()> {
         let shard = self
             .placement
+            .lock()
+            .expect("placement lock")
             .get(&(mirror.to_owned(), tp.clone()))
+            .copied()
+            .flatten()
             .with_context(|| format!("{tp} is not mirrored by {mirror:?}"))?;
-        self.shards[*shard].send(command).map_err(anyhow::Error::msg)
+        self.shards[shard].send(command).map_err(anyhow::Error::msg)
     }
 
     /// Stops fetching a partition; its log stays open.
@@ -275,7 +190,7 @@ impl Agent {
     }
 
     /// Stops mirroring a partition and closes its log.
-    pub fn remove(&mut self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
+    pub fn remove(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
         self.command(
             mirror,
             tp,
@@ -284,7 +199,11 @@ impl Agent {
                 tp: tp.clone(),
             },
         )?;
-        self.placement.remove(&(mirror.to_owned(), tp.clone()));
+        // Kept as removed, so discovery does not bring it back.
+        self.placement
+            .lock()
+            .expect("placement lock")
+            .insert((mirror.to_owned(), tp.clone()), None);
         Ok(())
     }
 
@@ -296,6 +215,7 @@ impl Agent {
     /// Stops cleanly: shards finish in-flight appends, flush and close their
     /// logs; then checkpoints and the clean-shutdown marker are written.
     pub fn stop(self) -> anyhow::Result<()> {
+        self.discovery.stop();
         for shard in &self.shards {
             shard.request_stop();
         }

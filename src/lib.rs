@@ -4,3 +4,4 @@
 
 pub mod agent;
 pub mod config;
+pub mod discovery;

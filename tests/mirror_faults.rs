@@ -599,7 +599,6 @@ fn leader_epoch_bumps_while_producing_then_a_restart_keep_the_log_identical() {
 }
 
 #[test]
-#[ignore = "bug: a topic with a retriable Metadata error at start-up is never mirrored (agent.rs discover)"]
 fn a_topic_with_a_retriable_metadata_error_at_start_up_is_mirrored_once_it_clears() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
@@ -617,8 +616,8 @@ fn a_topic_with_a_retriable_metadata_error_at_start_up_is_mirrored_once_it_clear
     cluster
         .topic_error("starting", RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
         .unwrap();
-    // Today the agent logs "topic does not exist at the source; not
-    // mirroring it" at start-up and never looks again.
+    // Discovery looks again every metadata refresh interval and places the
+    // topic once the error clears.
     wait_mirrored_within(&agent, &bootstrap, &tps, Duration::from_secs(15));
     agent.stop().expect("clean stop");
     assert_mirrors_source(dir.path(), &bootstrap, &tps);

@@ -259,7 +259,7 @@ fn pause_resume_and_remove_commands_take_effect() {
     let tps = partitions(&[("ctl", 2)]);
     let (p0, p1) = (tps[0].clone(), tps[1].clone());
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = Agent::start(config(dir.path(), &bootstrap, &["ctl"])).expect("start agent");
+    let agent = Agent::start(config(dir.path(), &bootstrap, &["ctl"])).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
 
     // Paused: the partition stays where it was while the other goes on.

@@ -249,8 +249,16 @@ impl Fetcher {
                     self.give_back(p, ReturnReason::Metadata);
                 }
                 Err(code) => {
-                    tracing::warn!(partition = %p.key, code, "OffsetForLeaderEpoch failed; will retry");
-                    i += 1;
+                    // Not fetched until converged; after a few tries, back
+                    // to the supervisor for fresh metadata and a backoff.
+                    p.failures += 1;
+                    tracing::warn!(partition = %p.key, code, failures = p.failures, "OffsetForLeaderEpoch failed; will retry");
+                    if p.failures >= 3 {
+                        let p = partitions.swap_remove(i);
+                        self.give_back(p, ReturnReason::Metadata);
+                    } else {
+                        i += 1;
+                    }
                 }
             }
         }

@@ -83,8 +83,9 @@ impl MirrorPartition {
         &self.key.tp
     }
 
-    /// Whether the next Fetch should include this partition.
+    /// Whether the next Fetch should include this partition: not stopped or
+    /// paused, and converged with the source since it was placed.
     pub fn fetchable(&self) -> bool {
-        !self.stopped && !self.paused
+        !self.stopped && !self.paused && !self.needs_truncation_check
     }
 }

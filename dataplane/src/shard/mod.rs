@@ -24,7 +24,6 @@ pub struct ShardPlan {
     /// glommio's registered I/O memory per ring (it counts against
     /// RLIMIT_MEMLOCK for non-root users).
     pub io_memory_bytes: usize,
-    pub mirrors: Vec<(MirrorSettings, Vec<PartitionKey>)>,
     pub log_config: LogConfig,
 }
 
@@ -75,6 +74,11 @@ impl ShardHandle {
             .map_err(|e| format!("shard {}: {e}", self.index))
     }
 
+    /// A sender for this shard's commands (for other threads that steer it).
+    pub fn commands(&self) -> async_channel::Sender<ShardCommand> {
+        self.commands.clone()
+    }
+
     /// Asks the shard to stop: in-flight fetches finish, logs are flushed and closed.
     pub fn request_stop(&self) {
         // A shard that already ended has nothing left to stop.
@@ -102,16 +106,6 @@ pub fn spawn_shard(
     events: async_channel::Sender<ShardEvent>,
 ) -> std::io::Result<ShardHandle> {
     let (commands, inbox) = async_channel::unbounded();
-    for (settings, keys) in &plan.mirrors {
-        for key in keys {
-            commands
-                .try_send(ShardCommand::AddPartition {
-                    settings: settings.clone(),
-                    key: key.clone(),
-                })
-                .expect("unbounded channel with its receiver alive");
-        }
-    }
     let index = plan.index;
     let join = LocalExecutorBuilder::new(Placement::Fixed(plan.cpu))
         .name(&format!("shard-{index}"))
