@@ -95,7 +95,7 @@ impl Agent {
                 index,
                 cpu: index % cores,
                 io_memory_bytes: io_memory,
-                log_config: config.log.clone(),
+                log_config: config.log,
             })
             .collect();
         let log_dir = Arc::new(log_dir);

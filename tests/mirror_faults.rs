@@ -79,7 +79,7 @@ fn init_tracing() {
 /// Starts an agent (receiving into the mapped segment; small segments, so
 /// they roll often) that records every shard event.
 fn start_agent(data_dir: &Path, bootstrap: &str, topics: &[&str]) -> (Agent, Events) {
-    start_agent_with(data_dir, bootstrap, topics, "mmap", 65536)
+    start_agent_with(data_dir, bootstrap, topics, "aligned_copy", 65536)
 }
 
 fn start_agent_with(

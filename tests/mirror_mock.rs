@@ -61,7 +61,7 @@ fn produce(bootstrap: &str, topic: &str, partitions: i32, count: usize, codec: &
 }
 
 fn config(data_dir: &Path, bootstrap: &str, topics: &[&str]) -> AgentConfig {
-    config_with(data_dir, bootstrap, topics, "mmap")
+    config_with(data_dir, bootstrap, topics, "aligned_copy")
 }
 
 fn config_with(data_dir: &Path, bootstrap: &str, topics: &[&str], ingest: &str) -> AgentConfig {
@@ -203,14 +203,14 @@ fn mirrors_every_partition_byte_for_byte_and_resumes_after_restart() {
 }
 
 #[test]
-fn aligned_copy_ingest_mirrors_identically() {
+fn mmap_ingest_mirrors_identically() {
     let cluster = MockCluster::new(2).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     cluster.create_topic("copied", 3, 1).expect("create topic");
     produce(&bootstrap, "copied", 3, 2000, "lz4", 0);
     let tps = partitions(&[("copied", 3)]);
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(config_with(dir.path(), &bootstrap, &["copied"], "aligned_copy")).expect("start agent");
+    let agent = Agent::start(config_with(dir.path(), &bootstrap, &["copied"], "mmap")).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, &tps);

@@ -166,7 +166,7 @@ fn open(dir: &Path, config: &LogConfig, recovery_point: i64, log_start: i64, cle
     PartitionLog::open(OpenOptions {
         dir: dir.to_owned(),
         topic_id: Some([9; 16]),
-        config: config.clone(),
+        config: *config,
         recovery_point,
         log_start_offset: log_start,
         clean_shutdown: clean,
@@ -220,6 +220,10 @@ fn derive(batches: &[ModelBatch], log_start: i64) -> Derived {
     if let Some(first) = epochs.first_mut() {
         first.1 = first.1.max(log_start);
     }
+    // As Kafka's truncateFromEnd: no entry starts at or past the log end
+    // (possible once the log start is clamped up to an empty log's end).
+    let log_end = batches.last().map_or(log_start, |b| b.last + 1).max(log_start);
+    epochs.retain(|&(_, start)| start < log_end);
     Derived {
         aborted,
         ongoing_first: open_txns.values().min().copied(),

@@ -621,7 +621,7 @@ pub fn mirrored_partition_logs(
     let mut logs = Vec::new();
     for tp in tps {
         let (log, _) = log_dir
-            .open_partition(tp, None, config.clone(), 0)
+            .open_partition(tp, None, config, 0)
             .unwrap_or_else(|e| panic!("open our log of {tp}: {e}"));
         out.insert(
             tp.clone(),

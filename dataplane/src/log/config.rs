@@ -2,7 +2,7 @@
 
 /// Settings of one partition log. Defaults follow Kafka's. Deserializes
 /// from the agent's `[log]` table (Kafka's names, with underscores).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would grow past this.

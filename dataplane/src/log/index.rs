@@ -103,6 +103,10 @@ impl<const N: usize> IndexFile<N> {
         self.entries >= self.max_entries
     }
 
+    fn remaining(&self) -> usize {
+        self.max_entries.saturating_sub(self.entries)
+    }
+
     fn entry(&self, i: usize) -> &[u8] {
         let map = self.map.as_ref().expect("an index with entries is mapped");
         &map[i * N..(i + 1) * N]
@@ -182,6 +186,10 @@ impl<const N: usize> SparseIndex<N> {
     }
     pub(crate) fn is_full(&self) -> bool {
         self.file.is_full()
+    }
+    /// Entries that still fit before the segment must roll.
+    pub(crate) fn remaining(&self) -> usize {
+        self.file.remaining()
     }
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {

@@ -128,7 +128,7 @@ impl PartitionLog {
         let epochs = LeaderEpochCache::load(dir.join(EPOCH_CHECKPOINT_FILE))?;
         let mut log = Self {
             dir,
-            config: opts.config.clone(),
+            config: opts.config,
             topic_id,
             segments: BTreeMap::new(),
             log_start_offset: opts.log_start_offset.max(0),
@@ -308,7 +308,7 @@ impl PartitionLog {
         for (_, segment) in self.segments.range_mut(from_base.min(active_base)..active_base) {
             segment.seal()?;
         }
-        let config = self.config.clone();
+        let config = self.config;
         let active = self.active_mut();
         active.make_active(&config)?;
         active.flush()?;
@@ -402,7 +402,7 @@ impl PartitionLog {
     /// Rolls first if a batch of `size` bytes ending at `last_offset` does
     /// not belong in the active segment.
     fn roll_if_needed(&mut self, size: u64, base_offset: i64, last_offset: i64, now_ms: u64) -> Result<()> {
-        if !self.active().should_roll(size, last_offset, now_ms, &self.config) {
+        if !self.active().should_roll(0, size, last_offset, now_ms, &self.config) {
             return Ok(());
         }
         let overflow = last_offset - self.next_offset > i64::from(i32::MAX);
@@ -420,19 +420,24 @@ impl PartitionLog {
 
     /// Commits the batch just placed at the active segment's tail.
     fn commit_tail_batch(&mut self, now_ms: u64) -> Result<(i64, i64, i32)> {
+        let active = self.active();
+        let batch = active.batch_at(active.size())?;
+        let facts = BatchFacts::of(&batch);
+        let (epoch, size, records) = (
+            batch.partition_leader_epoch(),
+            batch.size_bytes() as u64,
+            batch.records_count(),
+        );
+        self.commit_facts(&facts, epoch, size, records, now_ms)?;
+        Ok((facts.base_offset, facts.last_offset, records))
+    }
+
+    /// Everything but the bytes for a batch now written at the active
+    /// segment's tail: indexes, epochs, producer state, log end.
+    fn commit_facts(&mut self, facts: &BatchFacts, epoch: i32, size: u64, records: i32, now_ms: u64) -> Result<()> {
         let mut segment = self.segments.pop_last().expect("active exists").1;
-        let result = (|| {
-            let batch = segment.batch_at(segment.size())?;
-            let facts = BatchFacts::of(&batch);
-            let (epoch, size, records) = (
-                batch.partition_leader_epoch(),
-                batch.size_bytes() as u64,
-                batch.records_count(),
-            );
-            segment.first_append_ms.get_or_insert(now_ms);
-            self.apply_batch_state(&mut segment, &facts, epoch, size, records)?;
-            Ok((facts.base_offset, facts.last_offset, records))
-        })();
+        segment.first_append_ms.get_or_insert(now_ms);
+        let result = self.apply_batch_state(&mut segment, facts, epoch, size, records);
         self.next_offset = segment.next_offset;
         self.segments.insert(segment.base_offset, segment);
         result
@@ -440,10 +445,12 @@ impl PartitionLog {
 
     /// Appends whole, already-validated batches at their own offsets. The
     /// input must be whole batches with increasing offsets, the first at or
-    /// above the log end offset; otherwise nothing is appended.
+    /// above the log end offset; otherwise nothing is appended. Runs of
+    /// batches that belong in the same segment go in with one pwrite.
     pub fn append(&mut self, batches: &[u8], now_ms: u64) -> Result<AppendInfo> {
+        let max_batch_bytes = self.config.max_batch_bytes;
         let mut expected = self.next_offset;
-        let mut iter = BatchIter::new(batches, self.config.max_batch_bytes);
+        let mut iter = BatchIter::new(batches, max_batch_bytes);
         for item in iter.by_ref() {
             let (_, batch) = item?;
             if batch.base_offset() < expected {
@@ -464,22 +471,55 @@ impl PartitionLog {
             last_offset: self.next_offset - 1,
             ..Default::default()
         };
-        for item in BatchIter::new(batches, self.config.max_batch_bytes) {
-            let (_, batch) = item.expect("framed above");
-            let size = batch.size_bytes();
-            self.roll_if_needed(size as u64, batch.base_offset(), batch.last_offset(), now_ms)?;
-            let config = self.config.clone();
-            self.active_mut()
-                .tail_mut(size, &config)?
-                .copy_from_slice(batch.bytes());
-            let (base, last, records) = self.commit_tail_batch(now_ms)?;
-            if info.batches == 0 {
-                info.first_offset = base;
+        let mut pos = 0;
+        while pos < batches.len() {
+            let rest = &batches[pos..];
+            let (_, first) = BatchIter::new(rest, max_batch_bytes)
+                .next()
+                .expect("framed above")
+                .expect("framed above");
+            self.roll_if_needed(
+                first.size_bytes() as u64,
+                first.base_offset(),
+                first.last_offset(),
+                now_ms,
+            )?;
+            // The run: every batch that goes into the active segment as it is.
+            let mut run = 0;
+            for item in BatchIter::new(rest, max_batch_bytes) {
+                let (_, b) = item.expect("framed above");
+                let size = b.size_bytes() as u64;
+                if run > 0
+                    && self
+                        .active()
+                        .should_roll(run as u64, size, b.last_offset(), now_ms, &self.config)
+                {
+                    break;
+                }
+                run += b.size_bytes();
             }
-            info.last_offset = last;
-            info.batches += 1;
-            info.records += u64::try_from(records).unwrap_or(0);
-            info.bytes += size as u64;
+            let config = self.config;
+            self.active_mut().write_tail(&rest[..run], &config)?;
+            for item in BatchIter::new(&rest[..run], max_batch_bytes) {
+                let (_, batch) = item.expect("framed above");
+                let facts = BatchFacts::of(&batch);
+                let records = batch.records_count();
+                self.commit_facts(
+                    &facts,
+                    batch.partition_leader_epoch(),
+                    batch.size_bytes() as u64,
+                    records,
+                    now_ms,
+                )?;
+                if info.batches == 0 {
+                    info.first_offset = facts.base_offset;
+                }
+                info.last_offset = facts.last_offset;
+                info.batches += 1;
+                info.records += u64::try_from(records).unwrap_or(0);
+                info.bytes += batch.size_bytes() as u64;
+            }
+            pos += run;
         }
         self.maybe_flush(now_ms)?;
         Ok(info)
@@ -502,7 +542,7 @@ impl PartitionLog {
         {
             self.roll(self.next_offset)?;
         }
-        let config = self.config.clone();
+        let config = self.config;
         self.active_mut().tail_mut(len, &config)
     }
 
@@ -545,11 +585,12 @@ impl PartitionLog {
             }
             if active.should_roll(
                 0,
+                0,
                 batch.last_offset(),
                 0,
                 &LogConfig {
                     segment_ms: u64::MAX,
-                    ..self.config.clone()
+                    ..self.config
                 },
             ) && active.size() > 0
             {
@@ -751,7 +792,7 @@ impl PartitionLog {
             segment.truncate_to_position(position, max_batch_bytes)?;
         }
         self.drop_empty_tail_segments(&mut RecoveryReport::default())?;
-        let config = self.config.clone();
+        let config = self.config;
         self.active_mut().make_active(&config)?;
         self.next_offset = self.active().next_offset;
         if self.next_offset < self.log_start_offset {

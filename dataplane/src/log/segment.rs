@@ -190,17 +190,21 @@ impl Segment {
         &self.log_path
     }
 
-    /// Reserves and pre-faults room for `len` more bytes and returns them.
-    pub(crate) fn tail_mut(&mut self, len: usize, config: &LogConfig) -> Result<&mut [u8]> {
-        let end = self.size + len as u64;
+    /// Makes [0, end) of the active segment writable: the mapping covers it
+    /// and disk blocks are reserved (fallocate, in `preallocate_bytes`
+    /// steps). With `populate`, page tables are also faulted in ahead, for
+    /// stores through the mapping.
+    fn reserve_to(&mut self, end: u64, config: &LogConfig, populate_pages: bool) -> Result<()> {
         let needs_remap = matches!(&self.data, SegmentData::Active { map, .. } if end > map.len() as u64);
         if needs_remap {
             let allocated = match self.data {
                 SegmentData::Active { allocated, .. } => allocated,
                 SegmentData::Sealed { .. } => unreachable!("checked active above"),
             };
-            let mut bigger = config.clone();
-            bigger.segment_bytes = end;
+            let bigger = LogConfig {
+                segment_bytes: end,
+                ..*config
+            };
             self.map_active(&bigger, allocated)?;
         }
         let SegmentData::Active {
@@ -209,7 +213,7 @@ impl Segment {
             populated,
         } = &mut self.data
         else {
-            panic!("tail_mut on sealed segment {}", self.log_path.display());
+            panic!("writing to sealed segment {}", self.log_path.display());
         };
         let map_len = map.len() as u64;
         if end > *allocated {
@@ -217,12 +221,36 @@ impl Segment {
             reserve(&self.file, &self.log_path, *allocated, target)?;
             *allocated = target;
         }
-        if end > *populated {
+        if populate_pages && end > *populated {
             let target = page_round_up(end.max(*populated + config.prefault_bytes)).min(*allocated);
             populate(map, *populated, target);
             *populated = target - target % PAGE_BYTES;
         }
+        Ok(())
+    }
+
+    /// Reserves and pre-faults room for `len` more bytes and returns them,
+    /// for receiving straight into the mapping.
+    pub(crate) fn tail_mut(&mut self, len: usize, config: &LogConfig) -> Result<&mut [u8]> {
+        let end = self.size + len as u64;
+        self.reserve_to(end, config, true)?;
+        let SegmentData::Active { map, .. } = &mut self.data else {
+            unreachable!("reserved above")
+        };
         Ok(&mut map[self.size as usize..end as usize])
+    }
+
+    /// Writes `bytes` at the end of the committed data with pwrite. The page
+    /// cache takes them without the zero-fill and per-page write faults
+    /// that a first store through the mapping costs (perf/RESULTS.md: more
+    /// than half of the agent's CPU); the space is still reserved first, so
+    /// a full disk is an error here, not a SIGBUS later.
+    pub(crate) fn write_tail(&mut self, bytes: &[u8], config: &LogConfig) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.reserve_to(self.size + bytes.len() as u64, config, false)?;
+        self.file
+            .write_all_at(bytes, self.size)
+            .map_err(LogError::io("write", &self.log_path))
     }
 
     /// Zeroes [from, to) of the active segment's reserved space (bytes that
@@ -266,17 +294,27 @@ impl Segment {
     }
 
     /// Whether a batch of `batch_bytes` ending at `last_offset` must go to a
-    /// new segment.
-    pub(crate) fn should_roll(&self, batch_bytes: u64, last_offset: i64, now_ms: u64, config: &LogConfig) -> bool {
-        if self.size == 0 {
+    /// new segment, when `pending_bytes` more are already queued before it.
+    pub(crate) fn should_roll(
+        &self,
+        pending_bytes: u64,
+        batch_bytes: u64,
+        last_offset: i64,
+        now_ms: u64,
+        config: &LogConfig,
+    ) -> bool {
+        let size = self.size + pending_bytes;
+        if size == 0 {
             return last_offset - self.base_offset > i64::from(i32::MAX);
         }
-        self.size + batch_bytes > config.segment_bytes
+        // Index entries the queued bytes may still add, at one per interval.
+        let entries_needed = ((pending_bytes + batch_bytes) / config.index_interval_bytes.max(1) + 1) as usize;
+        size + batch_bytes > config.segment_bytes
             || self
                 .first_append_ms
                 .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
-            || self.index.is_full()
-            || self.time_index.is_full()
+            || self.index.remaining() <= entries_needed
+            || self.time_index.remaining() <= entries_needed
             || last_offset - self.base_offset > i64::from(i32::MAX)
     }
 

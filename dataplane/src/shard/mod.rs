@@ -166,7 +166,7 @@ impl Shard {
         let topic_id = (key.topic_id != [0; 16]).then_some(key.topic_id);
         let (log, report) = match self
             .log_dir
-            .open_partition(&key.tp, topic_id, self.log_config.clone(), now_ms())
+            .open_partition(&key.tp, topic_id, self.log_config, now_ms())
         {
             Ok(opened) => opened,
             Err(e) => {
