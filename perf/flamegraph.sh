@@ -27,12 +27,12 @@ fi
 
 cargo build --release -p ringmirror-perf -p ringmirror
 
-target/release/perf-mirror --scenarios mirror-1 --repeats 1 --size-mb "$SIZE_MB" \
+target/release/perf-mirror --scenarios mirror-1-copy --repeats 1 --size-mb "$SIZE_MB" \
     --perf-record "$OUT/perf.data" --perf-call-graph "$CALL_GRAPH"
 
 perf script -i "$OUT/perf.data" 2>/dev/null > "$OUT/perf.script"
 inferno-collapse-perf "$OUT/perf.script" > "$OUT/folded.txt"
-inferno-flamegraph --title "ringmirror run, 1 shard, mirroring ${SIZE_MB} MiB (perf cpu-clock, ${CALL_GRAPH})" \
+inferno-flamegraph --title "ringmirror run (default ingest), 1 shard, mirroring ${SIZE_MB} MiB (perf cpu-clock, ${CALL_GRAPH})" \
     "$OUT/folded.txt" > "$OUT/flamegraph.svg"
 # (Whole reports first: cutting the pipe short would fail the script under pipefail.)
 perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio -g none 2>/dev/null > "$OUT/top-self.txt"
