@@ -698,3 +698,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn unclean_reopen_of_a_healthy_log_reports_no_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(1 << 20);
+    let step = Step::Data {
+        gap: 0,
+        records: 3,
+        value_bytes: 100,
+        epoch_bump: 0,
+        producer: None,
+    };
+    let batches = build_batches(&[step; 20], 0);
+    let mut log = open(dir.path(), &config, 0, 0, false);
+    log.append(&concat(&batches), 0).unwrap();
+    drop(log); // the active segment keeps its zero-filled reserved space
+    let (log, report) = PartitionLog::open(OpenOptions {
+        dir: dir.path().to_owned(),
+        topic_id: Some([9; 16]),
+        config,
+        recovery_point: 0,
+        log_start_offset: 0,
+        clean_shutdown: false,
+        now_ms: 0,
+    })
+    .unwrap();
+    assert_eq!(report.scanned_from_offset, Some(0));
+    assert_eq!(report.corruption, None, "reserved zeros are not corruption");
+    assert_eq!(report.bytes_truncated, 0);
+    assert_eq!(report.bytes_validated as usize, concat(&batches).len());
+    assert_log_matches(&log, &batches, 0);
+}

@@ -22,7 +22,8 @@ pub struct LogConfig {
     /// Disk space reserved ahead of the write position with fallocate, so a
     /// full disk is an error on reservation rather than a SIGBUS on write.
     pub preallocate_bytes: u64,
-    /// Pages faulted in (MADV_POPULATE_WRITE) ahead of the write position.
+    /// Pages faulted in (MADV_POPULATE_WRITE) ahead of the write position,
+    /// when receiving straight into the mapping; 0 turns pre-faulting off.
     pub prefault_bytes: u64,
 }
 

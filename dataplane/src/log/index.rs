@@ -66,6 +66,12 @@ impl<const N: usize> IndexFile<N> {
             // this mapping; nothing truncates it while it is mapped.
             let map = unsafe { MmapOptions::new().len(len as usize).map_mut(&self.file) }
                 .map_err(LogError::io("mmap", &self.path))?;
+            // Entries are touched one page at a time: without this, each
+            // first-touch fault reads ahead (zero-filling) megabytes of the
+            // sparse, preallocated file (measured: 30% of append time).
+            if let Err(e) = map.advise(memmap2::Advice::Random) {
+                tracing::debug!(path = %self.path.display(), error = %e, "madvise(MADV_RANDOM) failed");
+            }
             self.map = Some(map);
         }
         Ok(())

@@ -147,16 +147,19 @@ impl PartitionLog {
         }
         log.log_start_offset = log.log_start_offset.max(bases[0]);
         let last = *bases.last().expect("not empty");
+        let recovery_segment = bases.partition_point(|&b| b <= opts.recovery_point).saturating_sub(1);
         let mut first_suspect = None;
         for (i, &base) in bases.iter().enumerate() {
             let (mut segment, indexes_ok) = Segment::open(&log.dir, base, &log.config, base == last, false)?;
-            let tail_ok = indexes_ok && segment.check_tail(log.config.max_batch_bytes);
+            // After an unclean stop, segments from the recovery point on are
+            // re-validated anyway; only earlier ones need the cheap check.
+            let rescanned = !opts.clean_shutdown && i >= recovery_segment;
+            let tail_ok = rescanned || (indexes_ok && segment.check_tail(log.config.max_batch_bytes));
             if !tail_ok && first_suspect.is_none() {
                 first_suspect = Some(i);
             }
             log.segments.insert(base, segment);
         }
-        let recovery_segment = bases.partition_point(|&b| b <= opts.recovery_point).saturating_sub(1);
         let scan_from = match (opts.clean_shutdown, first_suspect) {
             (true, suspect) => suspect,
             (false, suspect) => Some(suspect.map_or(recovery_segment, |s| s.min(recovery_segment))),
@@ -275,18 +278,22 @@ impl PartitionLog {
             report.bytes_validated += valid_bytes as u64;
             next_offset = segment.next_offset;
             let lost = file_len - valid_bytes as u64;
-            let partial = stop.is_none() && lost > 0 && segment.file_bytes()[valid_bytes..].iter().any(|&b| b != 0);
-            if lost > 0 {
-                if stop.is_some() || partial {
-                    report.corruption = Some(stop.clone().unwrap_or_else(|| "partial batch at the tail".into()));
-                }
+            let is_last = base == last;
+            // The active segment's reserved space past its data reads as
+            // zeros: that is not corruption and nothing is lost.
+            let only_reserved_zeros = is_last && segment.file_bytes()[valid_bytes..].iter().all(|&b| b == 0);
+            if lost > 0 && !only_reserved_zeros {
+                let reason = stop.clone().unwrap_or_else(|| "partial batch at the tail".into());
                 tracing::warn!(segment = %segment.log_path().display(), kept_bytes = valid_bytes, dropped_bytes = lost,
-                    reason = report.corruption.as_deref().unwrap_or("preallocated space"), "truncating segment tail");
+                    reason, "truncating a torn or corrupt segment tail");
+                report.corruption = Some(reason);
                 report.bytes_truncated += lost;
+            }
+            if lost > 0 {
                 segment.truncate_to_position(valid_bytes as u64, self.config.max_batch_bytes)?;
             }
             self.segments.insert(base, segment);
-            if lost > 0 {
+            if lost > 0 && !only_reserved_zeros {
                 // Whatever follows a torn or corrupt batch cannot be trusted
                 // to continue the log without a hole.
                 cut_after = Some(base);

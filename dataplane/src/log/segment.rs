@@ -221,7 +221,7 @@ impl Segment {
             reserve(&self.file, &self.log_path, *allocated, target)?;
             *allocated = target;
         }
-        if populate_pages && end > *populated {
+        if populate_pages && config.prefault_bytes > 0 && end > *populated {
             let target = page_round_up(end.max(*populated + config.prefault_bytes)).min(*allocated);
             populate(map, *populated, target);
             *populated = target - target % PAGE_BYTES;
