@@ -681,25 +681,31 @@ impl FetchResponseReader {
         v
     }
 
+    /// A nullable length or count: in flexible versions a uvarint holding
+    /// N+1 (0 = null); before, a signed i32 (`wide`) or i16 where -1 is null
+    /// and any other negative is invalid.
+    fn read_nullable_len(&self, c: &mut Cursor<'_>, field: &'static str, wide: bool) -> Unit<Option<u32>> {
+        let position = c.position();
+        if self.flexible {
+            return Ok(c.uvarint(field)?.checked_sub(1));
+        }
+        let n = if wide { c.i32(field)? } else { i32::from(c.i16(field)?) };
+        match n {
+            -1 => Ok(None),
+            n if n < 0 => Err(FetchParseError::InvalidLength {
+                field,
+                position,
+                length: n.into(),
+            }
+            .into()),
+            n => Ok(Some(n.unsigned_abs())),
+        }
+    }
+
     /// An array count: `None` for null. Checks it against the bytes left.
     fn read_count(&self, c: &mut Cursor<'_>, field: &'static str, min_entry: usize) -> Unit<Option<u32>> {
         let position = c.position();
-        let count = if self.flexible {
-            c.uvarint(field)?.checked_sub(1)
-        } else {
-            match c.i32(field)? {
-                -1 => None,
-                n if n < 0 => {
-                    return Err(FetchParseError::InvalidLength {
-                        field,
-                        position,
-                        length: n.into(),
-                    }
-                    .into());
-                }
-                n => Some(n.unsigned_abs()),
-            }
-        };
+        let count = self.read_nullable_len(c, field, true)?;
         if let Some(count) = count {
             let min_bytes = u64::from(count) * min_entry as u64;
             if min_bytes > c.region_left() as u64 {
@@ -726,23 +732,10 @@ impl FetchResponseReader {
     /// A length-prefixed byte string (STRING / COMPACT_STRING); `None` for null.
     fn read_string<'a>(&self, c: &mut Cursor<'a>, field: &'static str) -> Unit<Option<&'a str>> {
         let position = c.position();
-        let len = if self.flexible {
-            c.uvarint(field)?.checked_sub(1).map(|n| n as usize)
-        } else {
-            match c.i16(field)? {
-                -1 => None,
-                n if n < 0 => {
-                    return Err(FetchParseError::InvalidLength {
-                        field,
-                        position,
-                        length: n.into(),
-                    }
-                    .into());
-                }
-                n => Some(usize::from(n.unsigned_abs())),
-            }
+        let Some(len) = self.read_nullable_len(c, field, false)? else {
+            return Ok(None);
         };
-        let Some(len) = len else { return Ok(None) };
+        let len = len as usize;
         if len > MAX_STRING_LEN {
             return Err(FetchParseError::InvalidLength {
                 field,
@@ -903,22 +896,7 @@ impl FetchResponseReader {
                 };
                 let field = "responses.partitions.records";
                 let position = c.position();
-                let records_len = if self.flexible {
-                    c.uvarint(field)?.checked_sub(1).map(|n| n as usize)
-                } else {
-                    match c.i32(field)? {
-                        -1 => None,
-                        n if n < 0 => {
-                            return Err(FetchParseError::InvalidLength {
-                                field,
-                                position,
-                                length: n.into(),
-                            }
-                            .into());
-                        }
-                        n => Some(n.unsigned_abs() as usize),
-                    }
-                };
+                let records_len = self.read_nullable_len(&mut c, field, true)?.map(|n| n as usize);
                 let len = records_len.unwrap_or(0);
                 if len > c.region_left() {
                     return Err(FetchParseError::LengthTooLarge {
