@@ -1,5 +1,6 @@
-//! The agent: opens the data directory, looks up the mirrored partitions at
-//! each source, places them on shards, and runs until stopped. On stop,
+//! The agent: opens the data directory, serves every partition log found
+//! there (read-only) on the client listener, looks up the mirrored
+//! partitions at each source, places them on shards, and runs until stopped. On stop,
 //! every shard finishes its in-flight fetch, flushes and closes its logs,
 //! and the data directory is marked cleanly shut down, so the next start
 //! resumes from each log's end without a recovery scan.
@@ -10,11 +11,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ringmirror_dataplane::fetch::{ShardEvent, StopReason};
+use ringmirror_dataplane::fetch::{ShardEvent, StopReason, shard_for};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
-use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, spawn_shard};
+use ringmirror_dataplane::serve::{CatalogHandle, ListenerSettings, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, ListenerConfig};
 use crate::discovery::{Discovery, Placement};
 
 /// glommio's default registered I/O memory per ring.
@@ -49,6 +51,70 @@ pub struct Agent {
     status: Arc<Mutex<Status>>,
     /// Ends when every shard has; returns the offset checkpoints it kept.
     events_thread: JoinHandle<OffsetCheckpoints>,
+    /// The address clients connect to, when listening.
+    listener_addr: Option<std::net::SocketAddr>,
+    /// Holds the listening port (bound with SO_REUSEPORT, never accepting)
+    /// so that a port picked by the kernel stays ours while shards bind it.
+    _port_reservation: Option<socket2::Socket>,
+}
+
+/// Binds `addr` with SO_REUSEPORT without listening, to learn (and hold)
+/// the port when `addr` asks for any free one.
+fn reserve_port(addr: std::net::SocketAddr) -> anyhow::Result<(socket2::Socket, std::net::SocketAddr)> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_port(true)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    let bound = socket
+        .local_addr()?
+        .as_socket()
+        .context("listener address is not an IP address")?;
+    Ok((socket, bound))
+}
+
+/// The cluster id clients see: configured, or kept in the data directory's
+/// `meta.properties` (generated on first start), as a Kafka broker keeps it.
+fn cluster_id(data_dir: &std::path::Path, configured: Option<&str>) -> anyhow::Result<String> {
+    if let Some(id) = configured {
+        return Ok(id.to_owned());
+    }
+    let path = data_dir.join("meta.properties");
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && let Some(id) = text.lines().find_map(|l| l.strip_prefix("cluster.id="))
+    {
+        return Ok(id.trim().to_owned());
+    }
+    let id = ringmirror_dataplane::serve::catalog::random_cluster_id().context("generate a cluster id")?;
+    std::fs::write(&path, format!("version=1\ncluster.id={id}\n"))
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(id)
+}
+
+fn listener_settings(
+    config: &ListenerConfig,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(ListenerSettings, ServerIdentity, socket2::Socket)> {
+    let (reservation, bound) = reserve_port(config.address).with_context(|| format!("bind {}", config.address))?;
+    let host = config.advertised_host.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            "127.0.0.1".into()
+        } else {
+            bound.ip().to_string()
+        }
+    });
+    let identity = ServerIdentity {
+        node_id: config.node_id,
+        cluster_id: cluster_id(data_dir, config.cluster_id.as_deref())?,
+        host,
+        port: bound.port(),
+    };
+    let settings = ListenerSettings {
+        addr: bound,
+        max_request_bytes: config.max_request_bytes,
+        zero_copy: config.zero_copy,
+    };
+    Ok((settings, identity, reservation))
 }
 
 /// Registered I/O memory per ring that fits RLIMIT_MEMLOCK for a non-root
@@ -90,21 +156,55 @@ impl Agent {
         let io_memory = io_memory_bytes(shard_count);
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
-        let plans: Vec<ShardPlan> = (0..shard_count)
-            .map(|index| ShardPlan {
+        let listener = config
+            .listener
+            .as_ref()
+            .map(|l| listener_settings(l, &config.data_dir))
+            .transpose()?;
+        let (listener_settings, identity, reservation) = match listener {
+            Some((settings, identity, reservation)) => (Some(settings), identity, Some(reservation)),
+            None => {
+                tracing::info!("no [listener] configured: not serving Kafka clients");
+                (None, ServerIdentity::default(), None)
+            }
+        };
+        let listener_addr = listener_settings
+            .as_ref()
+            .map(|s| std::net::SocketAddr::new(s.addr.ip(), identity.port));
+        let catalog = CatalogHandle::new(identity);
+        let (links, link_ends) = ShardLinks::new(shard_count);
+        let log_dir = Arc::new(log_dir);
+        let on_disk = log_dir
+            .partitions_on_disk()
+            .context("list partitions in the data dir")?;
+        let (events_tx, events_rx) = async_channel::bounded::<ShardEvent>(4096);
+        let mut shards = Vec::with_capacity(shard_count);
+        for (index, end) in link_ends.into_iter().enumerate() {
+            let plan = ShardPlan {
                 index,
                 cpu: index % cores,
                 io_memory_bytes: io_memory,
                 log_config: config.log,
-            })
-            .collect();
-        let log_dir = Arc::new(log_dir);
-        let (events_tx, events_rx) = async_channel::bounded::<ShardEvent>(4096);
-        let mut shards = Vec::with_capacity(shard_count);
-        for plan in plans {
-            shards.push(spawn_shard(plan, Arc::clone(&log_dir), events_tx.clone()).context("start shard")?);
+                listener: listener_settings.clone(),
+            };
+            let serving = ShardServing {
+                catalog: Arc::clone(&catalog),
+                links: Arc::clone(&links),
+                end,
+            };
+            shards.push(spawn_shard(plan, Arc::clone(&log_dir), events_tx.clone(), serving).context("start shard")?);
         }
         drop(events_tx);
+        // What is on disk is served from the start, source reachable or not.
+        for tp in on_disk {
+            let shard = shard_for(&tp, shard_count);
+            shards[shard]
+                .send(ShardCommand::ServePartition { tp })
+                .map_err(anyhow::Error::msg)?;
+        }
+        if let Some(addr) = listener_addr {
+            tracing::info!(%addr, "serving Kafka clients");
+        }
         let status = Arc::new(Mutex::new(Status::new()));
         let status_writer = Arc::clone(&status);
         let mut checkpoints = log_dir.checkpoints().clone();
@@ -150,7 +250,14 @@ impl Agent {
             log_dir,
             status,
             events_thread,
+            listener_addr,
+            _port_reservation: reservation,
         })
+    }
+
+    /// Where Kafka clients connect (with the port picked, if it was 0).
+    pub fn listener_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener_addr
     }
 
     fn command(&self, mirror: &str, tp: &TopicPartition, command: ShardCommand) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! The agent's TOML configuration: the data directory, shard count, log
-//! settings and the mirrors (source cluster, topics, fetch settings).
+//! settings, the client listener, and the mirrors (source cluster, topics,
+//! fetch settings).
 //!
 //! ```toml
 //! data_dir = "/var/lib/ringmirror"
@@ -7,6 +8,10 @@
 //!
 //! [log]
 //! segment_bytes = 1073741824
+//!
+//! [listener]                     # serve Kafka clients (optional)
+//! address = "0.0.0.0:9092"
+//! advertised_host = "mirror-1.example.com"
 //!
 //! [[mirror]]
 //! name = "dr"
@@ -35,8 +40,42 @@ pub struct AgentConfig {
     pub offset_checkpoint_interval_ms: u64,
     #[serde(default)]
     pub log: LogConfig,
+    /// Where Kafka clients connect; without it the agent serves no clients.
+    #[serde(default)]
+    pub listener: Option<ListenerConfig>,
     #[serde(default, rename = "mirror")]
     pub mirrors: Vec<MirrorConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Address to bind (every shard accepts on it); port 0 picks a free one.
+    pub address: std::net::SocketAddr,
+    /// Host clients are told to connect to; default: the bound address
+    /// (127.0.0.1 when bound to all interfaces).
+    #[serde(default)]
+    pub advertised_host: Option<String>,
+    /// This agent's broker id in Metadata answers.
+    #[serde(default, alias = "broker_id")]
+    pub node_id: i32,
+    /// Cluster id clients see; default: generated once and kept in
+    /// `meta.properties` in the data directory.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
+    /// Largest request a client may send (Kafka's `socket.request.max.bytes`).
+    #[serde(default = "default_max_request_bytes", alias = "socket_request_max_bytes")]
+    pub max_request_bytes: usize,
+    /// Send records with sendfile (no copy) rather than through a buffer.
+    #[serde(default = "default_true")]
+    pub zero_copy: bool,
+}
+
+fn default_max_request_bytes() -> usize {
+    ringmirror_dataplane::serve::MAX_REQUEST_BYTES_DEFAULT
+}
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -117,7 +156,10 @@ impl AgentConfig {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(!self.mirrors.is_empty(), "no [[mirror]] configured");
+        anyhow::ensure!(
+            !self.mirrors.is_empty() || self.listener.is_some(),
+            "no [[mirror]] and no [listener] configured: nothing to do"
+        );
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
             anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
@@ -174,7 +216,7 @@ mod tests {
     #[test]
     fn rejects_bad_configs_with_a_reason() {
         let err = |t: &str| format!("{:#}", AgentConfig::parse(t).unwrap_err());
-        assert!(err(r#"data_dir = "/x""#).contains("no [[mirror]]"));
+        assert!(err(r#"data_dir = "/x""#).contains("nothing to do"));
         assert!(
             err("data_dir = \"/x\"\n[[mirror]]\nname = \"a\"\nbootstrap_servers = [\"h:1\"]")
                 .contains("names no topics")

@@ -6,15 +6,15 @@
 //! a broker down and back, injected errors).
 
 mod common;
+#[allow(dead_code)]
+#[path = "../examples/mock_source.rs"]
+mod mock_source;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
@@ -23,41 +23,8 @@ const MIRROR_DEADLINE: Duration = Duration::from_secs(60);
 
 type Batches = Vec<(i64, Vec<u8>)>;
 
-/// Produces `count` keyed records with headers round-robin over `partitions`.
-fn produce(bootstrap: &str, topic: &str, partitions: i32, count: usize, codec: &str, seed: usize) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("compression.codec", codec)
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .expect("producer");
-    for i in 0..count {
-        let n = seed + i;
-        let value = format!("value-{n}-{}", "x".repeat(n % 200));
-        let key = format!("key-{}", n % 97);
-        let headers = OwnedHeaders::new().insert(Header {
-            key: "n",
-            value: Some(&n.to_be_bytes()[..]),
-        });
-        let mut record = BaseRecord::to(topic)
-            .partition(n as i32 % partitions)
-            .key(&key)
-            .payload(&value)
-            .headers(headers);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
+fn produce(bootstrap: &str, topic: &str, partitions: i32, count: u64, codec: &str, seed: u64) {
+    mock_source::produce(bootstrap, topic, partitions, count, codec, seed).unwrap_or_else(|e| panic!("produce: {e}"));
 }
 
 fn config(data_dir: &Path, bootstrap: &str, topics: &[&str]) -> AgentConfig {

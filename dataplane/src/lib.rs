@@ -4,6 +4,7 @@
 //!   copying them.
 //! * [`log`] is the partition log in Kafka's on-disk format: segments,
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
+//! * [`serve`] is the Kafka-protocol listener clients read the logs through.
 //!
 //! This crate never imports the control plane; the control plane drives it
 //! through the types exported here.
@@ -12,5 +13,6 @@ pub mod batch;
 pub mod client;
 pub mod fetch;
 pub mod log;
+pub mod serve;
 pub mod shard;
 pub mod wire;

@@ -33,3 +33,5 @@ pub fn needs_metadata(code: i16) -> bool {
             | INCONSISTENT_TOPIC_ID
     )
 }
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const INVALID_REQUEST: i16 = 42;

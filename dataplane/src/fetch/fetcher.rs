@@ -11,8 +11,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
+use event_listener::Event;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -97,6 +99,8 @@ pub(crate) struct Fetcher {
     pub events: async_channel::Sender<ShardEvent>,
     pub stop: Rc<Cell<bool>>,
     pub directives: Directives,
+    /// Announces appends to long-polling readers on any shard.
+    pub appended: Arc<Event>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -222,7 +226,7 @@ impl Fetcher {
                 i += 1;
                 continue;
             }
-            let Some(latest) = p.log.epoch_cache().latest() else {
+            let Some(latest) = p.log().epoch_cache().latest() else {
                 p.needs_truncation_check = false;
                 i += 1;
                 continue;
@@ -238,7 +242,7 @@ impl Fetcher {
                 Ok((epoch, end_offset)) => {
                     p.needs_truncation_check = false;
                     if epoch >= 0 && end_offset >= 0 {
-                        let (_, ours) = p.log.end_offset_for_epoch(epoch);
+                        let (_, ours) = p.log().end_offset_for_epoch(epoch);
                         let target = end_offset.min(if ours >= 0 { ours } else { end_offset });
                         self.truncate(p, target, "source epoch ends earlier");
                     }
@@ -266,15 +270,16 @@ impl Fetcher {
     }
 
     fn truncate(&self, p: &mut MirrorPartition, target: i64, reason: &'static str) {
-        if target >= p.log.log_end_offset() {
+        if target >= p.log().log_end_offset() {
             return;
         }
-        tracing::info!(partition = %p.key, from = p.log.log_end_offset(), to = target, reason, "truncating to converge with the source");
-        match p.log.truncate_to(target) {
+        tracing::info!(partition = %p.key, from = p.log().log_end_offset(), to = target, reason, "truncating to converge with the source");
+        let result = p.log_mut().truncate_to(target);
+        match result {
             Ok(()) => self.event(ShardEvent::Truncated {
                 mirror: p.key.mirror.clone(),
                 tp: p.key.tp.clone(),
-                to_offset: p.log.log_end_offset(),
+                to_offset: p.log().log_end_offset(),
                 reason,
             }),
             Err(e) => self.stop_partition(p, StopReason::LogFailed { error: e.to_string() }),
@@ -305,8 +310,8 @@ impl Fetcher {
             let mut fp = FetchPartition::default();
             fp.partition = p.key.tp.partition;
             fp.current_leader_epoch = p.fetch_epoch;
-            fp.fetch_offset = p.log.log_end_offset();
-            fp.last_fetched_epoch = p.log.epoch_cache().latest().map_or(-1, |e| e.epoch);
+            fp.fetch_offset = p.log().log_end_offset();
+            fp.last_fetched_epoch = p.log().epoch_cache().latest().map_or(-1, |e| e.epoch);
             fp.log_start_offset = -1;
             fp.partition_max_bytes = s.fetch_partition_max_bytes;
             let same_topic = |t: &FetchTopic| {
@@ -419,6 +424,9 @@ impl Fetcher {
 
     /// Receives `len` record bytes into the partition's log tail, validates
     /// them in place and commits the whole, valid batches.
+    // In mmap mode the log stays borrowed while its tail fills: a reader's
+    // job finds it busy and runs again shortly (see serve::registry).
+    #[allow(clippy::await_holding_refcell_ref)]
     async fn ingest(
         &self,
         c: &mut Connection,
@@ -427,24 +435,37 @@ impl Fetcher {
         scratch: &mut AlignedBuffer,
     ) -> Result<(), ClientError> {
         let now = now_ms();
-        let received: &mut [u8] = match self.settings.ingest {
-            IngestMode::Mmap => match p.log.tail_mut(len, now) {
-                Ok(tail) => tail,
-                Err(e) => {
-                    c.skip(len).await?;
-                    self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
-                    return Ok(());
-                }
-            },
-            IngestMode::AlignedCopy => scratch.get_mut(len),
+        // Readers are told an epoch at least as high as anything they may read.
+        p.served.observe_epoch(p.fetch_epoch);
+        match self.settings.ingest {
+            IngestMode::Mmap => {
+                let mut log = p.log_mut();
+                let tail = match log.tail_mut(len, now) {
+                    Ok(tail) => tail,
+                    Err(e) => {
+                        drop(log);
+                        c.skip(len).await?;
+                        self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                        return Ok(());
+                    }
+                };
+                c.read_exact_into(tail).await?;
+            }
+            IngestMode::AlignedCopy => c.read_exact_into(scratch.get_mut(len)).await?,
+        }
+        let (log_end, max_batch_bytes, last_epoch) = {
+            let log = p.log();
+            (
+                log.log_end_offset(),
+                log.config().max_batch_bytes,
+                log.epoch_cache().latest().map(|e| e.epoch),
+            )
         };
-        c.read_exact_into(received).await?;
-        let log_end = p.log.log_end_offset();
-        let max_batch_bytes = p.log.config().max_batch_bytes;
-        let last_epoch = p.log.epoch_cache().latest().map(|e| e.epoch);
-        let received: &mut [u8] = match self.settings.ingest {
-            IngestMode::Mmap => p.log.tail_mut(len, now).expect("the region just received into"),
-            IngestMode::AlignedCopy => scratch.get_mut(len),
+        let in_place = self.settings.ingest == IngestMode::Mmap;
+        let mut mmap_log = in_place.then(|| p.log_mut());
+        let received: &mut [u8] = match &mut mmap_log {
+            Some(log) => log.tail_mut(len, now).expect("the region just received into"),
+            None => scratch.get_mut(len),
         };
         // A batch may start below the fetch offset: drop whole batches
         // below it; one that straddles it on an empty log moves our start.
@@ -458,39 +479,42 @@ impl Fetcher {
                 last_epoch,
             },
         );
+        if skip > 0 && in_place && straddling_base.is_none() {
+            received.copy_within(skip..skip + range.valid_bytes, 0);
+        }
+        let committed = straddling_base.is_none().then(|| match &mut mmap_log {
+            Some(log) => log.commit_tail(range.valid_bytes, len, now).map(drop),
+            None => p
+                .log_mut()
+                .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
+                .map(drop),
+        });
+        if straddling_base.is_some()
+            && let Some(log) = &mut mmap_log
+        {
+            log.commit_tail(0, len, now).ok();
+        }
+        drop(mmap_log);
         if let Some(base) = straddling_base {
-            if p.log.log_start_offset() == log_end {
+            if p.log().log_start_offset() == log_end {
                 tracing::info!(partition = %p.key, from = log_end, to = base, "first batch starts below the fetch offset; starting the log at its base");
-                if let Err(e) = p.log.truncate_fully_and_start_at(base) {
+                let result = p.log_mut().truncate_fully_and_start_at(base);
+                if let Err(e) = result {
                     self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
                 }
             } else {
                 tracing::warn!(partition = %p.key, base, log_end, "batch straddles our log end; checking for divergence");
                 p.needs_truncation_check = true;
-                if self.settings.ingest == IngestMode::Mmap {
-                    p.log.commit_tail(0, len, now).ok();
-                }
             }
             return Ok(());
         }
-        let committed = match self.settings.ingest {
-            IngestMode::Mmap => {
-                if skip > 0 {
-                    received.copy_within(skip..skip + range.valid_bytes, 0);
-                }
-                p.log.commit_tail(range.valid_bytes, len, now).map(drop)
-            }
-            IngestMode::AlignedCopy => p
-                .log
-                .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
-                .map(drop),
-        };
-        if let Err(e) = committed {
+        if let Some(Err(e)) = committed {
             self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
             return Ok(());
         }
         if range.batches > 0 {
             p.failures = 0;
+            self.appended.notify(usize::MAX);
         }
         if let Some(error) = range.error {
             match error.kind {
@@ -513,7 +537,7 @@ impl Fetcher {
                     self.event(ShardEvent::BadBatch {
                         mirror: p.key.mirror.clone(),
                         tp: p.key.tp.clone(),
-                        offset: p.log.log_end_offset(),
+                        offset: p.log().log_end_offset(),
                         error: error.to_string(),
                     });
                 }
@@ -525,7 +549,7 @@ impl Fetcher {
     /// Reports progress at most once per interval, and always when the
     /// partition has just caught up with the source.
     fn report_progress(&self, p: &mut MirrorPartition) {
-        let checkpoint = (p.log.recovery_point(), p.log.log_start_offset());
+        let checkpoint = (p.log().recovery_point(), p.log().log_start_offset());
         if checkpoint != p.last_checkpoint {
             p.last_checkpoint = checkpoint;
             self.event(ShardEvent::Checkpoint {
@@ -536,7 +560,7 @@ impl Fetcher {
             });
         }
         let now = now_ms();
-        let end = p.log.log_end_offset();
+        let end = p.log().log_end_offset();
         let caught_up = end >= p.high_watermark && end != p.last_progress_offset;
         if caught_up
             || (end != p.last_progress_offset && now.saturating_sub(p.last_progress_ms) >= PROGRESS_INTERVAL_MS)
@@ -564,14 +588,15 @@ impl Fetcher {
         match fields.error_code {
             error_codes::NONE => {
                 p.high_watermark = fields.high_watermark;
-                if fields.log_start_offset > p.log.log_start_offset() {
+                if fields.log_start_offset > p.log().log_start_offset() {
                     // Retention at the source: follow its log start.
-                    if let Err(e) = p.log.advance_log_start(fields.log_start_offset) {
+                    let result = p.log_mut().advance_log_start(fields.log_start_offset);
+                    if let Err(e) = result {
                         self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
                     }
                 }
                 if let Some((epoch, end_offset)) = fields.diverging_epoch {
-                    let (_, ours) = p.log.end_offset_for_epoch(epoch);
+                    let (_, ours) = p.log().end_offset_for_epoch(epoch);
                     let target = if ours >= 0 { end_offset.min(ours) } else { end_offset };
                     self.truncate(p, target, "source reported a diverging epoch");
                 }
@@ -608,10 +633,11 @@ impl Fetcher {
             let latest = list_offset(c, p.tp(), p.fetch_epoch, LATEST_TIMESTAMP).await?;
             match (earliest, latest) {
                 (Ok(start), Ok(end)) => {
-                    let ours = p.log.log_end_offset();
+                    let ours = p.log().log_end_offset();
                     if ours < start {
                         tracing::info!(partition = %p.key, ours, source_start = start, "behind the source's log start; restarting there");
-                        match p.log.truncate_fully_and_start_at(start) {
+                        let result = p.log_mut().truncate_fully_and_start_at(start);
+                        match result {
                             Ok(()) => self.event(ShardEvent::Truncated {
                                 mirror: p.key.mirror.clone(),
                                 tp: p.key.tp.clone(),

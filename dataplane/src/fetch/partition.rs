@@ -2,11 +2,14 @@
 //! its log, the source leader epoch it fetches with, and why it is not
 //! fetching when it is not.
 
+use std::cell::{Ref, RefMut};
 use std::fmt;
+use std::rc::Rc;
 
 use crate::log::{PartitionLog, TopicPartition};
+use crate::serve::ServedPartition;
 
-/// Identity of a mirrored partition; its hash places it on a shard.
+/// Identity of a mirrored partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PartitionKey {
     pub mirror: String,
@@ -15,22 +18,23 @@ pub struct PartitionKey {
 }
 
 impl PartitionKey {
-    /// The shard that owns this partition: a stable hash of (mirror name,
-    /// topic id, partition) — FNV-1a, so placement survives restarts and
-    /// does not depend on the standard library's randomized hasher.
+    /// The shard that owns this partition (see [`shard_for`]).
     pub fn shard(&self, shards: usize) -> usize {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        eat(self.mirror.as_bytes());
-        eat(&self.topic_id);
-        eat(&self.tp.partition.to_be_bytes());
-        (h % shards.max(1) as u64) as usize
+        shard_for(&self.tp, shards)
     }
+}
+
+/// The shard that owns a partition: a stable hash (FNV-1a) of its topic
+/// name and partition number, so placement survives restarts, does not
+/// depend on the standard library's randomized hasher, and can be computed
+/// from a partition directory found on disk (which records no mirror name).
+pub fn shard_for(tp: &TopicPartition, shards: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in tp.topic.as_bytes().iter().chain(&tp.partition.to_be_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % shards.max(1) as u64) as usize
 }
 
 impl fmt::Display for PartitionKey {
@@ -41,7 +45,8 @@ impl fmt::Display for PartitionKey {
 
 pub struct MirrorPartition {
     pub key: PartitionKey,
-    pub log: PartitionLog,
+    /// The log, shared with the shard's registry (which serves it).
+    pub served: Rc<ServedPartition>,
     /// The source leader epoch from metadata (`current_leader_epoch`).
     pub fetch_epoch: i32,
     /// Source high watermark from the last response (for lag).
@@ -63,10 +68,10 @@ pub struct MirrorPartition {
 }
 
 impl MirrorPartition {
-    pub fn new(key: PartitionKey, log: PartitionLog) -> Self {
+    pub fn new(key: PartitionKey, served: Rc<ServedPartition>) -> Self {
         Self {
             key,
-            log,
+            served,
             fetch_epoch: -1,
             high_watermark: -1,
             needs_truncation_check: true,
@@ -77,6 +82,15 @@ impl MirrorPartition {
             last_progress_offset: -1,
             last_checkpoint: (-1, -1),
         }
+    }
+
+    /// The log, borrowed for a synchronous step (never across an await).
+    pub fn log(&self) -> Ref<'_, PartitionLog> {
+        self.served.log.borrow()
+    }
+
+    pub fn log_mut(&self) -> RefMut<'_, PartitionLog> {
+        self.served.log.borrow_mut()
     }
 
     pub fn tp(&self) -> &TopicPartition {

@@ -6,9 +6,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use event_listener::Event;
+
 use crate::client::{Connection, ConnectionOptions};
+use crate::serve::Registry;
 
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::events::ShardEvent;
@@ -96,6 +100,8 @@ struct Supervisor {
     /// Tells fetchers to hand everything back.
     stop: Rc<Cell<bool>>,
     metadata: Option<SourceMetadata>,
+    appended: Arc<Event>,
+    registry: Rc<Registry>,
 }
 
 /// Runs one mirror's partitions on this shard until a [`MirrorCommand::Stop`]
@@ -105,6 +111,7 @@ pub async fn run_mirror(
     partitions: Vec<MirrorPartition>,
     events: async_channel::Sender<ShardEvent>,
     inbox: MirrorInbox,
+    registry: Rc<Registry>,
 ) -> Vec<MirrorPartition> {
     let mut s = Supervisor {
         settings: Rc::new(settings),
@@ -122,6 +129,8 @@ pub async fn run_mirror(
         directives: Rc::new(RefCell::new(HashMap::new())),
         stop: Rc::new(Cell::new(false)),
         metadata: None,
+        appended: Arc::clone(registry.appended()),
+        registry,
     };
     let mut meta_conn: Option<Connection> = None;
     let mut last_refresh_ms = 0u64;
@@ -222,10 +231,9 @@ impl Supervisor {
 
     fn close_removed(&self, partition: MirrorPartition) {
         let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
-        let log_start_offset = partition.log.log_start_offset();
-        let recovery_point = partition.log.log_end_offset();
-        match partition.log.close(now_ms()) {
-            Ok(()) => self.event(ShardEvent::Removed {
+        drop(partition);
+        match self.registry.close(&tp) {
+            Ok((recovery_point, log_start_offset)) => self.event(ShardEvent::Removed {
                 mirror,
                 tp,
                 recovery_point,
@@ -325,6 +333,7 @@ impl Supervisor {
                         events: self.events.clone(),
                         stop: Rc::clone(&self.stop),
                         directives: Rc::clone(&self.directives),
+                        appended: Arc::clone(&self.appended),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);

@@ -83,6 +83,8 @@ pub struct ReadSlice {
     /// Base offset of the first batch in the range (may be below the
     /// requested offset: readers skip records before it).
     pub first_offset: i64,
+    /// The offset after the range's last batch (`first_offset` when empty).
+    pub end_offset: i64,
 }
 
 impl ReadSlice {
@@ -627,6 +629,12 @@ impl PartitionLog {
     /// Whole batches from the first one holding an offset ≥ `offset`, up to
     /// `max_bytes` (at least one batch), from a single segment.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadSlice> {
+        self.read_below(offset, max_bytes, i64::MAX)
+    }
+
+    /// Like [`PartitionLog::read`], without batches that start at or above
+    /// `upper_offset` (READ_COMMITTED reads stop at the last stable offset).
+    pub fn read_below(&self, offset: i64, max_bytes: usize, upper_offset: i64) -> Result<ReadSlice> {
         if offset < self.log_start_offset || offset > self.next_offset {
             return Err(self.out_of_range(offset));
         }
@@ -637,13 +645,15 @@ impl PartitionLog {
             .map_or(self.log_start_offset, |(&b, _)| b);
         for segment in self.segments.range(start..).map(|(_, s)| s) {
             if let Some(position) = segment.find_position(offset, self.config.max_batch_bytes)? {
-                let len = segment.whole_batches_len(position, max_bytes, self.config.max_batch_bytes)?;
+                let (len, end_offset) =
+                    segment.whole_batches_len(position, max_bytes, upper_offset, self.config.max_batch_bytes)?;
                 let first_offset = segment.batch_at(position)?.base_offset();
                 return Ok(ReadSlice {
                     file: Arc::clone(segment.file()),
                     position,
                     len,
                     first_offset,
+                    end_offset: end_offset.unwrap_or(first_offset),
                 });
             }
         }
@@ -653,6 +663,7 @@ impl PartitionLog {
             position: active.size(),
             len: 0,
             first_offset: self.next_offset,
+            end_offset: self.next_offset,
         })
     }
 

@@ -363,16 +363,24 @@ impl Segment {
 
     /// The batches from `position`, as many whole ones as fit `max_bytes`
     /// (at least one, as Kafka's "min one message"). Returns the length.
-    pub(crate) fn whole_batches_len(&self, position: u64, max_bytes: usize, max_batch_bytes: u32) -> Result<usize> {
+    pub(crate) fn whole_batches_len(
+        &self,
+        position: u64,
+        max_bytes: usize,
+        upper_offset: i64,
+        max_batch_bytes: u32,
+    ) -> Result<(usize, Option<i64>)> {
         let mut len = 0;
+        let mut end_offset = None;
         for item in BatchIter::new(&self.bytes()[position as usize..], max_batch_bytes) {
             let (_, batch) = item?;
-            if len > 0 && len + batch.size_bytes() > max_bytes {
+            if (len > 0 && len + batch.size_bytes() > max_bytes) || batch.base_offset() >= upper_offset {
                 break;
             }
             len += batch.size_bytes();
+            end_offset = Some(batch.last_offset() + 1);
         }
-        Ok(len)
+        Ok((len, end_offset))
     }
 
     /// The batch at `position`, which may lie in the received but not yet

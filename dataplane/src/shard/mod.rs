@@ -1,8 +1,10 @@
-//! Shards: one glommio executor per core, pinned, each owning the mirror
-//! partitions placed on it (their logs, fetchers and connections). Shards
-//! share nothing mutable: they take [`ShardCommand`]s from a channel, report
-//! [`ShardEvent`]s through another, and hand back their partitions' final
-//! offsets when they stop.
+//! Shards: one glommio executor per core, pinned, each owning the
+//! partitions placed on it (their logs in its [`Registry`], their fetchers
+//! and connections) and accepting client connections on the shared
+//! listening port. Shards share nothing mutable: they take
+//! [`ShardCommand`]s from a channel, report [`ShardEvent`]s through another,
+//! run other shards' read jobs ([`ShardLinks`]), and hand back their
+//! partitions' final offsets when they stop.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -14,6 +16,10 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 
 use crate::fetch::{MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, run_mirror};
 use crate::log::{LogConfig, LogDir, TopicPartition};
+use crate::serve::{
+    CatalogHandle, ListenerSettings, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_jobs,
+    run_listener,
+};
 
 /// What one shard starts with.
 #[derive(Debug, Clone)]
@@ -25,11 +31,25 @@ pub struct ShardPlan {
     /// RLIMIT_MEMLOCK for non-root users).
     pub io_memory_bytes: usize,
     pub log_config: LogConfig,
+    /// Where clients connect (every shard accepts on the same port).
+    pub listener: Option<ListenerSettings>,
+}
+
+/// What a shard shares with the others for serving.
+pub struct ShardServing {
+    pub catalog: Arc<CatalogHandle>,
+    pub links: Arc<ShardLinks>,
+    pub end: ShardLinkEnd,
 }
 
 /// What the rest of the agent may ask of a shard.
 #[derive(Debug, Clone)]
 pub enum ShardCommand {
+    /// Open a partition's log found on disk and serve it (read-only, as
+    /// mirrored data, until a mirror claims it).
+    ServePartition {
+        tp: TopicPartition,
+    },
     /// Open (or create) the partition's log and start mirroring it.
     AddPartition {
         settings: MirrorSettings,
@@ -104,6 +124,7 @@ pub fn spawn_shard(
     plan: ShardPlan,
     log_dir: Arc<LogDir>,
     events: async_channel::Sender<ShardEvent>,
+    serving: ShardServing,
 ) -> std::io::Result<ShardHandle> {
     let (commands, inbox) = async_channel::unbounded();
     let index = plan.index;
@@ -111,12 +132,23 @@ pub fn spawn_shard(
         .name(&format!("shard-{index}"))
         .io_memory(plan.io_memory_bytes)
         .spawn(move || async move {
+            let registry = Registry::new(index, serving.end.appended, serving.catalog);
+            glommio::spawn_local(run_jobs(Rc::clone(&registry), serving.end.jobs)).detach();
+            if let Some(settings) = plan.listener {
+                let access = ShardAccess {
+                    local: Rc::clone(&registry),
+                    links: serving.links,
+                };
+                // Ends with the executor, after the logs are closed.
+                glommio::spawn_local(run_listener(settings, access)).detach();
+            }
             Shard {
                 index,
                 log_dir,
                 events,
                 log_config: plan.log_config,
                 mirrors: HashMap::new(),
+                registry,
             }
             .run(inbox)
             .await
@@ -136,13 +168,30 @@ struct Shard {
     events: async_channel::Sender<ShardEvent>,
     log_config: LogConfig,
     mirrors: HashMap<String, MirrorTask>,
+    registry: Rc<Registry>,
 }
+
+/// A partition found on disk, not (yet) claimed by a configured mirror:
+/// served read-only, since it holds mirrored data.
+pub const UNCLAIMED_MIRROR: &str = "";
 
 impl Shard {
     async fn run(mut self, commands: async_channel::Receiver<ShardCommand>) -> Result<Vec<ClosedPartition>, String> {
         while let Ok(command) = commands.recv().await {
             let (mirror, tp, command) = match command {
                 ShardCommand::Stop => break,
+                ShardCommand::ServePartition { tp } => {
+                    if self.registry.get(&tp).is_none()
+                        && let Err(e) = self.open(&tp, None, Some(UNCLAIMED_MIRROR.to_string()))
+                    {
+                        let _ = self.events.try_send(ShardEvent::CommandFailed {
+                            mirror: UNCLAIMED_MIRROR.into(),
+                            tp,
+                            error: e,
+                        });
+                    }
+                    continue;
+                }
                 ShardCommand::AddPartition { settings, key } => {
                     self.add_partition(settings, key);
                     continue;
@@ -162,16 +211,39 @@ impl Shard {
         self.stop().await
     }
 
+    /// Opens (recovering if needed) a partition's log and serves it.
+    fn open(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Option<[u8; 16]>,
+        mirror: Option<String>,
+    ) -> Result<Rc<ServedPartition>, String> {
+        let (log, report) = self
+            .log_dir
+            .open_partition(tp, topic_id, self.log_config, now_ms())
+            .map_err(|e| {
+                tracing::error!(shard = self.index, partition = %tp, error = %e, "cannot open partition log");
+                format!("open log: {e}")
+            })?;
+        if report.scanned_from_offset.is_some() {
+            tracing::info!(partition = %tp, ?report, "recovered partition log");
+        }
+        let served = ServedPartition::new(log, mirror);
+        self.registry.register(tp.clone(), Rc::clone(&served));
+        Ok(served)
+    }
+
     fn add_partition(&mut self, settings: MirrorSettings, key: PartitionKey) {
         let topic_id = (key.topic_id != [0; 16]).then_some(key.topic_id);
-        let (log, report) = match self
-            .log_dir
-            .open_partition(&key.tp, topic_id, self.log_config, now_ms())
-        {
-            Ok(opened) => opened,
-            Err(e) => {
-                tracing::error!(shard = self.index, partition = %key, error = %e, "cannot open partition log");
-                let error = format!("open log: {e}");
+        let served = match self.registry.get(&key.tp) {
+            // Found on disk at start: now claimed by its mirror.
+            Some(served) if served.mirror.as_deref() == Some(UNCLAIMED_MIRROR) => {
+                let claimed = served.claimed_by(&key.mirror);
+                self.registry.register(key.tp.clone(), Rc::clone(&claimed));
+                claimed
+            }
+            Some(_) => {
+                let error = "already mirrored or written locally".to_string();
                 let _ = self.events.try_send(ShardEvent::CommandFailed {
                     mirror: key.mirror,
                     tp: key.tp,
@@ -179,11 +251,19 @@ impl Shard {
                 });
                 return;
             }
+            None => match self.open(&key.tp, topic_id, Some(key.mirror.clone())) {
+                Ok(served) => served,
+                Err(error) => {
+                    let _ = self.events.try_send(ShardEvent::CommandFailed {
+                        mirror: key.mirror,
+                        tp: key.tp,
+                        error,
+                    });
+                    return;
+                }
+            },
         };
-        if report.scanned_from_offset.is_some() {
-            tracing::info!(partition = %key, ?report, "recovered partition log");
-        }
-        let partition = MirrorPartition::new(key, log);
+        let partition = MirrorPartition::new(key, served);
         match self.mirrors.get(&settings.name) {
             Some(m) => m.inbox.borrow_mut().push_back(MirrorCommand::Add(Box::new(partition))),
             None => {
@@ -194,6 +274,7 @@ impl Shard {
                     vec![partition],
                     self.events.clone(),
                     Rc::clone(&inbox),
+                    Rc::clone(&self.registry),
                 ))
                 .detach();
                 self.mirrors.insert(name, MirrorTask { inbox, task });
@@ -205,23 +286,23 @@ impl Shard {
         for m in self.mirrors.values() {
             m.inbox.borrow_mut().push_back(MirrorCommand::Stop);
         }
+        for (_, m) in self.mirrors {
+            // Fetchers have finished their in-flight appends; the logs stay
+            // in the registry, which closes them below.
+            drop(m.task.await);
+        }
         let mut closed = Vec::new();
         let mut first_error = None;
-        for (_, m) in self.mirrors {
-            for partition in m.task.await.unwrap_or_default() {
-                let tp = partition.key.tp.clone();
-                let log_start_offset = partition.log.log_start_offset();
-                let recovery_point = partition.log.log_end_offset();
-                match partition.log.close(now_ms()) {
-                    Ok(()) => closed.push(ClosedPartition {
-                        tp,
-                        recovery_point,
-                        log_start_offset,
-                    }),
-                    Err(e) => {
-                        tracing::error!(%tp, error = %e, "closing partition log failed");
-                        first_error.get_or_insert(format!("close {tp}: {e}"));
-                    }
+        for (tp, result) in self.registry.close_all() {
+            match result {
+                Ok((recovery_point, log_start_offset)) => closed.push(ClosedPartition {
+                    tp,
+                    recovery_point,
+                    log_start_offset,
+                }),
+                Err(e) => {
+                    tracing::error!(%tp, error = %e, "closing partition log failed");
+                    first_error.get_or_insert(format!("close {tp}: {e}"));
                 }
             }
         }

@@ -1,0 +1,536 @@
+//! Answers to every request except Fetch (see `fetch.rs`): ApiVersions,
+//! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster,
+//! DescribeConfigs, DescribeAcls, and Produce — refused on mirror topics
+//! with READ_ONLY_TOPIC. Partition facts come from the owning shard's log
+//! through [`ShardAccess::query`].
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeAclsRequest, DescribeAclsResponse,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::catalog::Catalog;
+use super::fetch;
+use super::listener::ClientConnection;
+use super::registry::{PartitionFn, ServedPartition};
+use super::request::{Request, SUPPORTED_APIS};
+use crate::client::error_codes as ec;
+use crate::log::{PartitionLog, TopicPartition};
+
+/// ListOffsets special timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+/// "Authorized operations not requested" in Metadata and DescribeCluster.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// DescribeConfigs resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// DescribeConfigs config source: the topic's own setting.
+const SOURCE_TOPIC_CONFIG: i8 = 1;
+/// READ_COMMITTED in ListOffsets and Fetch.
+pub const READ_COMMITTED: i8 = 1;
+
+pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request: Request) -> std::io::Result<()> {
+    let version = header.request_api_version;
+    let id = header.correlation_id;
+    match request {
+        Request::ApiVersions(r) => api_versions(conn, version, id, &r).await,
+        Request::Metadata(r) => {
+            let body = metadata(conn, version, r).await;
+            conn.respond(ApiKey::Metadata, version, id, &body).await
+        }
+        Request::Fetch(r) => fetch::handle_fetch(conn, version, id, r).await,
+        Request::ListOffsets(r) => {
+            let body = list_offsets(conn, r).await;
+            conn.respond(ApiKey::ListOffsets, version, id, &body).await
+        }
+        Request::OffsetForLeaderEpoch(r) => {
+            let body = offset_for_leader_epoch(conn, r).await;
+            conn.respond(ApiKey::OffsetForLeaderEpoch, version, id, &body).await
+        }
+        Request::DescribeCluster(r) => {
+            let body = describe_cluster(&conn.catalog.get(), &r);
+            conn.respond(ApiKey::DescribeCluster, version, id, &body).await
+        }
+        Request::DescribeConfigs(r) => {
+            let body = describe_configs(conn, r).await;
+            conn.respond(ApiKey::DescribeConfigs, version, id, &body).await
+        }
+        Request::DescribeAcls(r) => {
+            let body = describe_acls(&r);
+            conn.respond(ApiKey::DescribeAcls, version, id, &body).await
+        }
+        Request::Produce(r) => {
+            let acks = r.acks;
+            let body = produce(&conn.catalog.get(), r);
+            // acks=0: the client expects no response at all.
+            if acks == 0 {
+                return Ok(());
+            }
+            conn.respond(ApiKey::Produce, version, id, &body).await
+        }
+    }
+}
+
+fn str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+fn api_version_list() -> Vec<ApiVersion> {
+    SUPPORTED_APIS
+        .iter()
+        .map(|&(key, min, max)| {
+            ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect()
+}
+
+async fn api_versions(
+    conn: &mut ClientConnection,
+    version: i16,
+    id: i32,
+    _request: &ApiVersionsRequest,
+) -> std::io::Result<()> {
+    let body = ApiVersionsResponse::default().with_api_keys(api_version_list());
+    conn.respond(ApiKey::ApiVersions, version, id, &body).await
+}
+
+/// An ApiVersions request at a version we do not speak gets a v0 answer
+/// with UNSUPPORTED_VERSION and our list, so the client can retry lower.
+pub async fn unsupported_api_versions(conn: &mut ClientConnection, id: i32) -> std::io::Result<()> {
+    let body = ApiVersionsResponse::default()
+        .with_error_code(ec::UNSUPPORTED_VERSION)
+        .with_api_keys(api_version_list());
+    conn.respond(ApiKey::ApiVersions, 0, id, &body).await
+}
+
+fn leader_epoch(p: &ServedPartition, _log: &PartitionLog, _: &()) -> i32 {
+    p.leader_epoch.get()
+}
+
+fn broker(catalog: &Catalog) -> MetadataResponseBroker {
+    let me = &catalog.identity;
+    MetadataResponseBroker::default()
+        .with_node_id(BrokerId(me.node_id))
+        .with_host(str(&me.host))
+        .with_port(i32::from(me.port))
+}
+
+async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRequest) -> MetadataResponse {
+    let catalog = conn.catalog.get();
+    let node = catalog.identity.node_id;
+    // (name, id) of each topic asked about, in order; all when null.
+    let wanted: Vec<(Option<String>, Option<[u8; 16]>)> = match &request.topics {
+        None => catalog.topics().map(|t| (Some(t.name.clone()), Some(t.id))).collect(),
+        Some(topics) => topics
+            .iter()
+            .map(|t| match &t.name {
+                Some(name) => (Some(name.0.to_string()), None),
+                None => (
+                    catalog.topic_by_id(t.topic_id.as_bytes()).map(|e| e.name.clone()),
+                    Some(*t.topic_id.as_bytes()),
+                ),
+            })
+            .collect(),
+    };
+    let mut items = Vec::new();
+    for (name, _) in &wanted {
+        if let Some(entry) = name.as_deref().and_then(|n| catalog.topic(n)) {
+            for (&partition, p) in &entry.partitions {
+                items.push((p.shard, TopicPartition::new(entry.name.clone(), partition), ()));
+            }
+        }
+    }
+    let epochs = conn.access.query(items.clone(), leader_epoch).await;
+    let epoch_of = |tp: &TopicPartition| items.iter().position(|(_, t, _)| t == tp).and_then(|i| epochs[i]);
+    let topics = wanted
+        .into_iter()
+        .map(|(name, id)| {
+            let Some(entry) = name.as_deref().and_then(|n| catalog.topic(n)) else {
+                let code = if name.is_none() {
+                    ec::UNKNOWN_TOPIC_ID
+                } else {
+                    ec::UNKNOWN_TOPIC_OR_PARTITION
+                };
+                return MetadataResponseTopic::default()
+                    .with_error_code(code)
+                    .with_name(name.map(|n| TopicName(str(&n))))
+                    .with_topic_id(Uuid::from_bytes(id.unwrap_or_default()))
+                    .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            };
+            let partitions = entry
+                .partitions
+                .keys()
+                .map(|&partition| {
+                    let epoch = epoch_of(&TopicPartition::new(entry.name.clone(), partition));
+                    MetadataResponsePartition::default()
+                        .with_error_code(if epoch.is_some() {
+                            ec::NONE
+                        } else {
+                            ec::LEADER_NOT_AVAILABLE
+                        })
+                        .with_partition_index(partition)
+                        .with_leader_id(BrokerId(node))
+                        .with_leader_epoch(epoch.unwrap_or(-1))
+                        .with_replica_nodes(vec![BrokerId(node)])
+                        .with_isr_nodes(vec![BrokerId(node)])
+                })
+                .collect();
+            MetadataResponseTopic::default()
+                .with_name(Some(TopicName(str(&entry.name))))
+                .with_topic_id(Uuid::from_bytes(entry.id))
+                .with_partitions(partitions)
+                .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        })
+        .collect();
+    let _ = version;
+    MetadataResponse::default()
+        .with_brokers(vec![broker(&catalog)])
+        .with_cluster_id(Some(str(&catalog.identity.cluster_id)))
+        .with_controller_id(BrokerId(node))
+        .with_topics(topics)
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+/// FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when a client's view of the
+/// leader epoch differs from ours (-1: the client does not say).
+pub fn check_leader_epoch(p: &ServedPartition, current_leader_epoch: i32) -> i16 {
+    let ours = p.leader_epoch.get();
+    if current_leader_epoch < 0 || current_leader_epoch == ours {
+        ec::NONE
+    } else if current_leader_epoch < ours {
+        ec::FENCED_LEADER_EPOCH
+    } else {
+        ec::UNKNOWN_LEADER_EPOCH
+    }
+}
+
+struct OffsetQuery {
+    timestamp: i64,
+    current_leader_epoch: i32,
+    isolation_level: i8,
+}
+
+/// (error, timestamp, offset, leader epoch) for one ListOffsets partition.
+fn lookup_offset(p: &ServedPartition, log: &PartitionLog, q: &OffsetQuery) -> (i16, i64, i64, i32) {
+    let code = check_leader_epoch(p, q.current_leader_epoch);
+    if code != ec::NONE {
+        return (code, -1, -1, -1);
+    }
+    let epoch_at = |offset: i64| log.epoch_cache().epoch_for_offset(offset).unwrap_or(-1);
+    match q.timestamp {
+        LATEST => {
+            let end = if q.isolation_level == READ_COMMITTED {
+                log.last_stable_offset()
+            } else {
+                log.log_end_offset()
+            };
+            (ec::NONE, -1, end, log.epoch_cache().latest().map_or(-1, |e| e.epoch))
+        }
+        EARLIEST => (ec::NONE, -1, log.log_start_offset(), epoch_at(log.log_start_offset())),
+        MAX_TIMESTAMP => match log.max_timestamp() {
+            Ok(Some(found)) => (ec::NONE, found.timestamp, found.offset, epoch_at(found.offset)),
+            Ok(None) => (ec::NONE, -1, -1, -1),
+            Err(e) => {
+                tracing::error!(dir = %log.dir().display(), error = %e, "max-timestamp lookup failed");
+                (ec::KAFKA_STORAGE_ERROR, -1, -1, -1)
+            }
+        },
+        ts if ts >= 0 => match log.offset_for_timestamp(ts) {
+            Ok(Some(found)) => (ec::NONE, found.timestamp, found.offset, epoch_at(found.offset)),
+            Ok(None) => (ec::NONE, -1, -1, -1),
+            Err(e) => {
+                tracing::error!(dir = %log.dir().display(), error = %e, "timestamp lookup failed");
+                (ec::KAFKA_STORAGE_ERROR, -1, -1, -1)
+            }
+        },
+        _ => (ec::INVALID_REQUEST, -1, -1, -1),
+    }
+}
+
+/// For requests shaped topics → partitions: asks `f` about each partition
+/// on its owning shard and builds each partition's answer with `answer`
+/// (given `None` for a partition this agent does not serve). Returns the
+/// answers per topic, in request order.
+async fn per_partition<T, P, Q, R, O>(
+    conn: &mut ClientConnection,
+    topics: &[T],
+    partitions: impl Fn(&T) -> (&str, &[P]),
+    question: impl Fn(&P) -> (i32, Q),
+    f: PartitionFn<Q, R>,
+    answer: impl Fn(&P, Option<R>) -> O,
+) -> Vec<Vec<O>>
+where
+    Q: Send + 'static,
+    R: Send + 'static,
+{
+    let catalog = conn.catalog.get();
+    let mut slots = Vec::new();
+    let mut items = Vec::new();
+    for t in topics {
+        let (topic, parts) = partitions(t);
+        for p in parts {
+            let (partition, q) = question(p);
+            slots.push(catalog.owner(topic, partition).map(|shard| {
+                items.push((shard, TopicPartition::new(topic, partition), q));
+                items.len() - 1
+            }));
+        }
+    }
+    let mut answers: Vec<Option<R>> = conn.access.query(items, f).await;
+    let mut slots = slots.into_iter();
+    topics
+        .iter()
+        .map(|t| {
+            partitions(t)
+                .1
+                .iter()
+                .map(|p| answer(p, slots.next().flatten().and_then(|i| answers[i].take())))
+                .collect()
+        })
+        .collect()
+}
+
+async fn list_offsets(conn: &mut ClientConnection, request: ListOffsetsRequest) -> ListOffsetsResponse {
+    let isolation_level = request.isolation_level;
+    let answers = per_partition(
+        conn,
+        &request.topics,
+        |t| (&t.name.0, &t.partitions),
+        |p| {
+            let q = OffsetQuery {
+                timestamp: p.timestamp,
+                current_leader_epoch: p.current_leader_epoch,
+                isolation_level,
+            };
+            (p.partition_index, q)
+        },
+        lookup_offset,
+        |p, found| {
+            let (code, timestamp, offset, epoch) = found.unwrap_or((ec::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1));
+            ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code)
+                .with_timestamp(timestamp)
+                .with_offset(offset)
+                .with_leader_epoch(epoch)
+        },
+    )
+    .await;
+    let topics = request
+        .topics
+        .iter()
+        .zip(answers)
+        .map(|(t, partitions)| {
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+struct EpochQuery {
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+}
+
+fn epoch_end(p: &ServedPartition, log: &PartitionLog, q: &EpochQuery) -> (i16, i32, i64) {
+    let code = check_leader_epoch(p, q.current_leader_epoch);
+    if code != ec::NONE {
+        return (code, -1, -1);
+    }
+    let (epoch, end) = log.end_offset_for_epoch(q.leader_epoch);
+    (ec::NONE, epoch, end)
+}
+
+async fn offset_for_leader_epoch(
+    conn: &mut ClientConnection,
+    request: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let answers = per_partition(
+        conn,
+        &request.topics,
+        |t| (&t.topic.0, &t.partitions),
+        |p| {
+            let q = EpochQuery {
+                current_leader_epoch: p.current_leader_epoch,
+                leader_epoch: p.leader_epoch,
+            };
+            (p.partition, q)
+        },
+        epoch_end,
+        |p, found| {
+            let (code, epoch, end) = found.unwrap_or((ec::UNKNOWN_TOPIC_OR_PARTITION, -1, -1));
+            EpochEndOffset::default()
+                .with_partition(p.partition)
+                .with_error_code(code)
+                .with_leader_epoch(epoch)
+                .with_end_offset(end)
+        },
+    )
+    .await;
+    let topics = request
+        .topics
+        .iter()
+        .zip(answers)
+        .map(|(t, partitions)| {
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+fn describe_cluster(catalog: &Arc<Catalog>, _request: &DescribeClusterRequest) -> DescribeClusterResponse {
+    let me = &catalog.identity;
+    DescribeClusterResponse::default()
+        .with_cluster_id(str(&me.cluster_id))
+        .with_controller_id(BrokerId(me.node_id))
+        .with_endpoint_type(1)
+        .with_brokers(vec![
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(me.node_id))
+                .with_host(str(&me.host))
+                .with_port(i32::from(me.port)),
+        ])
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+/// A topic's configs as Kafka names them, from its log's settings.
+fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String)> {
+    let c = log.config();
+    vec![
+        ("cleanup.policy", "delete".to_string()),
+        ("segment.bytes", c.segment_bytes.to_string()),
+        ("segment.ms", c.segment_ms.to_string()),
+        ("segment.index.bytes", c.segment_index_bytes.to_string()),
+        ("index.interval.bytes", c.index_interval_bytes.to_string()),
+        ("flush.messages", c.flush_messages.to_string()),
+        ("flush.ms", c.flush_ms.to_string()),
+        ("max.message.bytes", c.max_batch_bytes.to_string()),
+    ]
+}
+
+async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let catalog = conn.catalog.get();
+    let mut results = Vec::new();
+    for resource in &request.resources {
+        let name = resource.resource_name.to_string();
+        let result = DescribeConfigsResult::default()
+            .with_resource_type(resource.resource_type)
+            .with_resource_name(resource.resource_name.clone());
+        let configs = match resource.resource_type {
+            RESOURCE_TOPIC => {
+                let owner = catalog
+                    .topic(&name)
+                    .and_then(|t| t.partitions.iter().next().map(|(&p, e)| (p, e.shard)));
+                let Some((partition, shard)) = owner else {
+                    results.push(
+                        result
+                            .with_error_code(ec::UNKNOWN_TOPIC_OR_PARTITION)
+                            .with_error_message(Some(str("unknown topic"))),
+                    );
+                    continue;
+                };
+                let item = (shard, TopicPartition::new(name.clone(), partition), ());
+                conn.access
+                    .query(vec![item], topic_configs)
+                    .await
+                    .pop()
+                    .flatten()
+                    .unwrap_or_default()
+            }
+            RESOURCE_BROKER => Vec::new(),
+            _ => {
+                results.push(
+                    result
+                        .with_error_code(ec::INVALID_REQUEST)
+                        .with_error_message(Some(str("unsupported resource type"))),
+                );
+                continue;
+            }
+        };
+        let wanted = |key: &str| {
+            resource
+                .configuration_keys
+                .as_ref()
+                .is_none_or(|keys| keys.iter().any(|k| &**k == key))
+        };
+        let configs = configs
+            .into_iter()
+            .filter(|(k, _)| wanted(k))
+            .map(|(k, v)| {
+                DescribeConfigsResourceResult::default()
+                    .with_name(StrBytes::from_static_str(k))
+                    .with_value(Some(str(&v)))
+                    .with_read_only(true)
+                    .with_config_source(SOURCE_TOPIC_CONFIG)
+            })
+            .collect();
+        results.push(result.with_configs(configs));
+    }
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+/// No ACLs are stored yet (synced ACLs come with metadata sync): the
+/// answer is an empty list, not an error, so tools that list ACLs work.
+fn describe_acls(_request: &DescribeAclsRequest) -> DescribeAclsResponse {
+    DescribeAclsResponse::default()
+}
+
+/// Produce: mirror topics are read-only (READ_ONLY_TOPIC on every
+/// partition, error code 134); nothing is written.
+fn produce(catalog: &Catalog, request: ProduceRequest) -> ProduceResponse {
+    let responses = request
+        .topic_data
+        .iter()
+        .map(|t| {
+            // Every served topic holds mirrored data (local, writable topics
+            // come with the write path), so every known topic is read-only.
+            let code = match catalog.topic(&t.name.0) {
+                Some(_) => ec::READ_ONLY_TOPIC,
+                None => ec::UNKNOWN_TOPIC_OR_PARTITION,
+            };
+            if code == ec::READ_ONLY_TOPIC {
+                tracing::debug!(topic = %&*t.name.0, "produce to a read-only topic refused");
+            }
+            let partitions = t
+                .partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(code)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
+}

@@ -1,0 +1,251 @@
+//! The Kafka-protocol listener: every shard accepts on the same port
+//! (SO_REUSEPORT, so the kernel spreads connections over shards), reads
+//! size-prefixed request frames up to a limit, answers them in order, and
+//! closes a connection whose request it cannot take — with a log line, never
+//! a crash and never a hang. Responses are written in one piece, except
+//! Fetch responses, whose record bytes go from the segment file to the
+//! socket with sendfile (or, configured so, through a buffer).
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::Encodable;
+
+use super::catalog::CatalogView;
+use super::handlers;
+use super::registry::ShardAccess;
+use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, decode_request};
+use crate::wire::EncodedFetchResponse;
+
+/// Kafka's `socket.request.max.bytes` default.
+pub const MAX_REQUEST_BYTES_DEFAULT: usize = 100 * 1024 * 1024;
+/// Pause after a failed accept (e.g. out of file descriptors).
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// Largest piece of a file copied per write on the copying path.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    pub addr: SocketAddr,
+    /// Requests larger than this close the connection.
+    pub max_request_bytes: usize,
+    /// Send records with sendfile (true) or copy them through a buffer.
+    pub zero_copy: bool,
+}
+
+impl ListenerSettings {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            max_request_bytes: MAX_REQUEST_BYTES_DEFAULT,
+            zero_copy: true,
+        }
+    }
+}
+
+/// Accepts connections on this shard until the executor ends.
+pub async fn run_listener(settings: ListenerSettings, access: ShardAccess) {
+    let listener = match TcpListener::bind(settings.addr) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(shard = access.local.shard, addr = %settings.addr, error = %e, "cannot listen");
+            return;
+        }
+    };
+    let settings = Rc::new(settings);
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let conn = ClientConnection::new(stream, Rc::clone(&settings), access.clone());
+                glommio::spawn_local(conn.serve()).detach();
+            }
+            Err(e) => {
+                tracing::warn!(shard = access.local.shard, error = %e, "accept failed");
+                glommio::timer::sleep(ACCEPT_ERROR_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// One client connection and what its handlers need.
+pub struct ClientConnection {
+    stream: TcpStream,
+    peer: String,
+    pub settings: Rc<ListenerSettings>,
+    pub access: ShardAccess,
+    pub catalog: CatalogView,
+    copy_buffer: Vec<u8>,
+}
+
+impl ClientConnection {
+    fn new(stream: TcpStream, settings: Rc<ListenerSettings>, access: ShardAccess) -> Self {
+        let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+        // Responses are written whole; Nagle would only delay them.
+        let _ = stream.set_nodelay(true);
+        let catalog = CatalogView::new(access.local.catalog());
+        Self {
+            stream,
+            peer,
+            settings,
+            access,
+            catalog,
+            copy_buffer: Vec::new(),
+        }
+    }
+
+    async fn serve(mut self) {
+        tracing::debug!(peer = self.peer, shard = self.access.local.shard, "client connected");
+        loop {
+            let frame = match self.read_frame().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(reason) => {
+                    tracing::warn!(peer = self.peer, reason, "closing client connection");
+                    return;
+                }
+            };
+            let result = match decode_request(frame) {
+                Ok((header, request)) => handlers::handle(&mut self, header, request).await,
+                Err(RequestError::UnsupportedVersion {
+                    api: ApiKey::ApiVersions,
+                    correlation_id,
+                    ..
+                }) => handlers::unsupported_api_versions(&mut self, correlation_id).await,
+                Err(e) => {
+                    tracing::warn!(peer = self.peer, error = %e, "closing client connection after a request we cannot take");
+                    return;
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(peer = self.peer, error = %e, "client connection ended");
+                return;
+            }
+        }
+    }
+
+    /// The next request frame; `None` at a clean end of stream.
+    async fn read_frame(&mut self) -> Result<Option<Bytes>, String> {
+        let mut size = [0u8; 4];
+        match self.stream.read(&mut size[..1]).await {
+            Ok(0) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read: {e}")),
+        }
+        self.stream
+            .read_exact(&mut size[1..])
+            .await
+            .map_err(|e| format!("read request size: {e}"))?;
+        let size = i32::from_be_bytes(size);
+        if size < REQUEST_HEADER_BYTES_MIN as i32 || size as usize > self.settings.max_request_bytes {
+            return Err(format!(
+                "request size {size} is outside [{REQUEST_HEADER_BYTES_MIN}, {}]",
+                self.settings.max_request_bytes
+            ));
+        }
+        let mut frame = BytesMut::zeroed(size as usize);
+        self.stream
+            .read_exact(&mut frame)
+            .await
+            .map_err(|e| format!("read request of {size} bytes: {e}"))?;
+        Ok(Some(frame.freeze()))
+    }
+
+    /// Sends a response encoded by kafka-protocol.
+    pub async fn respond<T: Encodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        body: &T,
+    ) -> std::io::Result<()> {
+        let mut buf = BytesMut::with_capacity(128);
+        buf.extend_from_slice(&[0; 4]);
+        let encoded = ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(&mut buf, api.response_header_version(version))
+            .and_then(|()| body.encode(&mut buf, version));
+        if let Err(e) = encoded {
+            // Our own response failed to encode: a bug, reported, and the
+            // client is disconnected rather than sent a broken frame.
+            tracing::error!(?api, version, error = %e, "cannot encode response");
+            return Err(std::io::Error::other(e.to_string()));
+        }
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf).await
+    }
+
+    /// Sends a Fetch response: its encoded fields, and the records from
+    /// their segment files.
+    pub async fn send_fetch_response(&mut self, response: EncodedFetchResponse) -> std::io::Result<()> {
+        let mut at = 0;
+        for (position, records) in &response.records {
+            self.stream.write_all(&response.bytes[at..*position]).await?;
+            if self.settings.zero_copy {
+                self.send_file(&records.file, records.position, records.len).await?;
+            } else {
+                self.copy_file(&records.file, records.position, records.len).await?;
+            }
+            at = *position;
+        }
+        self.stream.write_all(&response.bytes[at..]).await?;
+        self.stream.flush().await
+    }
+
+    /// sendfile(2) from the segment to the socket. The socket is
+    /// non-blocking: when its buffer is full, one byte goes through the
+    /// executor's write path, which waits until the socket can take more.
+    async fn send_file(&mut self, file: &File, mut position: u64, len: usize) -> std::io::Result<()> {
+        let end = position + len as u64;
+        while position < end {
+            let mut offset = position as libc::off_t;
+            let left = (end - position) as usize;
+            // SAFETY: both descriptors are open for the duration of the call.
+            let sent = unsafe { libc::sendfile(self.stream.as_raw_fd(), file.as_raw_fd(), &mut offset, left) };
+            if sent > 0 {
+                position += sent as u64;
+                continue;
+            }
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                _ if sent == 0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "segment file shorter than its index says",
+                    ));
+                }
+                Some(libc::EAGAIN) => {
+                    let mut byte = [0u8; 1];
+                    std::os::unix::fs::FileExt::read_exact_at(file, &mut byte, position)?;
+                    self.stream.write_all(&byte).await?;
+                    position += 1;
+                }
+                Some(libc::EINTR) => {}
+                _ => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    /// The copying path: pread into a buffer, then write.
+    async fn copy_file(&mut self, file: &File, mut position: u64, len: usize) -> std::io::Result<()> {
+        let end = position + len as u64;
+        let mut buffer = std::mem::take(&mut self.copy_buffer);
+        while position < end {
+            let n = ((end - position) as usize).min(COPY_CHUNK_BYTES);
+            buffer.resize(n, 0);
+            std::os::unix::fs::FileExt::read_exact_at(file, &mut buffer, position)?;
+            self.stream.write_all(&buffer).await?;
+            position += n as u64;
+        }
+        self.copy_buffer = buffer;
+        Ok(())
+    }
+}

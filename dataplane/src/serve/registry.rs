@@ -1,0 +1,296 @@
+//! Each shard's registry of the partition logs it owns, and the links that
+//! let a connection on one shard read a partition owned by another.
+//!
+//! A shard owns its logs (`Rc<RefCell<PartitionLog>>`: shared by the
+//! shard's fetchers and its registry, never by another thread). A request
+//! that touches a partition runs a short synchronous job on the owning
+//! shard (a closure sent through that shard's channel; inline when the
+//! owner is the caller's shard) and gets back what the job computed — for a
+//! read, an open file and a byte range to send. Jobs never await, so no
+//! borrow of a log is ever held across a suspension point by a reader.
+//! Appends are announced on the shard's [`Event`] so that long-polling
+//! Fetch requests on any shard wake up.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use event_listener::{Event, EventListener};
+
+use super::catalog::CatalogHandle;
+use crate::log::{PartitionLog, TopicPartition};
+
+pub type SharedLog = Rc<RefCell<PartitionLog>>;
+
+/// How long a job waits before trying again a log that its fetcher is
+/// receiving into (only the mmap ingest mode borrows a log across a read).
+const BUSY_RETRY: Duration = Duration::from_micros(200);
+
+/// A partition as the serving side sees it.
+pub struct ServedPartition {
+    pub log: SharedLog,
+    /// The mirror writing this partition (read-only to clients), or `None`.
+    pub mirror: Option<String>,
+    /// The leader epoch clients are told and checked against.
+    pub leader_epoch: std::cell::Cell<i32>,
+}
+
+impl ServedPartition {
+    pub fn new(log: PartitionLog, mirror: Option<String>) -> Rc<Self> {
+        let epoch = log.epoch_cache().latest().map_or(0, |e| e.epoch.max(0));
+        Rc::new(Self {
+            log: Rc::new(RefCell::new(log)),
+            mirror,
+            leader_epoch: std::cell::Cell::new(epoch),
+        })
+    }
+
+    /// The same log, now written by `mirror`.
+    pub fn claimed_by(&self, mirror: &str) -> Rc<Self> {
+        Rc::new(Self {
+            log: Rc::clone(&self.log),
+            mirror: Some(mirror.to_owned()),
+            leader_epoch: self.leader_epoch.clone(),
+        })
+    }
+
+    /// Raises the served leader epoch to at least `epoch` (it never goes down).
+    pub fn observe_epoch(&self, epoch: i32) {
+        if epoch > self.leader_epoch.get() {
+            self.leader_epoch.set(epoch);
+        }
+    }
+}
+
+/// The partitions one shard owns.
+pub struct Registry {
+    pub shard: usize,
+    partitions: RefCell<HashMap<TopicPartition, Rc<ServedPartition>>>,
+    appended: Arc<Event>,
+    catalog: Arc<CatalogHandle>,
+}
+
+impl Registry {
+    pub fn new(shard: usize, appended: Arc<Event>, catalog: Arc<CatalogHandle>) -> Rc<Self> {
+        Rc::new(Self {
+            shard,
+            partitions: RefCell::new(HashMap::new()),
+            appended,
+            catalog,
+        })
+    }
+
+    /// Starts serving a partition: it is in the registry and the catalog.
+    pub fn register(&self, tp: TopicPartition, partition: Rc<ServedPartition>) {
+        let topic_id = partition.log.borrow().topic_id();
+        self.catalog.update(|c| {
+            c.add_partition(
+                &tp.topic,
+                topic_id,
+                tp.partition,
+                self.shard,
+                partition.mirror.as_deref(),
+            );
+        });
+        self.partitions.borrow_mut().insert(tp, partition);
+    }
+
+    /// Stops serving a partition and closes its log (flushed, indexes
+    /// trimmed); returns its (recovery point, log start offset).
+    pub fn close(&self, tp: &TopicPartition) -> ClosedOffsets {
+        let partition = self
+            .partitions
+            .borrow_mut()
+            .remove(tp)
+            .ok_or("not open on this shard")?;
+        self.catalog.update(|c| c.remove_partition(&tp.topic, tp.partition));
+        close_log(partition)
+    }
+
+    /// Closes every log (at stop).
+    pub fn close_all(&self) -> Vec<(TopicPartition, ClosedOffsets)> {
+        let all: Vec<_> = self.partitions.borrow_mut().drain().collect();
+        self.catalog.update(|c| {
+            for (tp, _) in &all {
+                c.remove_partition(&tp.topic, tp.partition);
+            }
+        });
+        all.into_iter().map(|(tp, p)| (tp, close_log(p))).collect()
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Rc<ServedPartition>> {
+        self.partitions.borrow().get(tp).cloned()
+    }
+
+    pub fn catalog(&self) -> Arc<CatalogHandle> {
+        Arc::clone(&self.catalog)
+    }
+
+    /// Wakes Fetch requests waiting for data on this shard.
+    pub fn notify_appended(&self) {
+        self.appended.notify(usize::MAX);
+    }
+
+    pub fn appended(&self) -> &Arc<Event> {
+        &self.appended
+    }
+}
+
+/// A closed log's (recovery point, log start offset), or why it would not close.
+pub type ClosedOffsets = Result<(i64, i64), String>;
+
+fn close_log(partition: Rc<ServedPartition>) -> ClosedOffsets {
+    let partition = Rc::try_unwrap(partition).map_err(|_| "the log is still in use".to_string())?;
+    let log = Rc::try_unwrap(partition.log)
+        .map_err(|_| "the log is still in use".to_string())?
+        .into_inner();
+    let offsets = (log.log_end_offset(), log.log_start_offset());
+    log.close(now_ms()).map_err(|e| e.to_string())?;
+    Ok(offsets)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A job for the owning shard; it returns false when a log it needs was
+/// busy, and then runs again shortly.
+pub type ShardJob = Box<dyn FnMut(&Registry) -> bool + Send>;
+
+/// Every shard's job channel and append event; shared by all shards.
+pub struct ShardLinks {
+    jobs: Vec<async_channel::Sender<ShardJob>>,
+    appended: Vec<Arc<Event>>,
+}
+
+/// What one shard needs to take its end of the links.
+pub struct ShardLinkEnd {
+    pub jobs: async_channel::Receiver<ShardJob>,
+    pub appended: Arc<Event>,
+}
+
+impl ShardLinks {
+    pub fn new(shards: usize) -> (Arc<Self>, Vec<ShardLinkEnd>) {
+        let mut jobs = Vec::with_capacity(shards);
+        let mut appended = Vec::with_capacity(shards);
+        let mut ends = Vec::with_capacity(shards);
+        for _ in 0..shards {
+            let (tx, rx) = async_channel::unbounded();
+            let event = Arc::new(Event::new());
+            jobs.push(tx);
+            appended.push(Arc::clone(&event));
+            ends.push(ShardLinkEnd {
+                jobs: rx,
+                appended: event,
+            });
+        }
+        (Arc::new(Self { jobs, appended }), ends)
+    }
+
+    pub fn shards(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// A listener for the next append on `shard` (create it before looking
+    /// at the data, so that an append in between is not missed).
+    pub fn listen(&self, shard: usize) -> EventListener {
+        self.appended[shard].listen()
+    }
+
+    /// Runs `f` on `shard` and returns its result; `None` if the shard has
+    /// ended. `f` returns `None` when a log it needs is busy; it then runs
+    /// again shortly.
+    pub async fn run<R, F>(&self, shard: usize, mut f: F) -> Option<R>
+    where
+        R: Send + 'static,
+        F: FnMut(&Registry) -> Option<R> + Send + 'static,
+    {
+        let (tx, rx) = async_channel::bounded(1);
+        let job: ShardJob = Box::new(move |registry| match f(registry) {
+            Some(r) => {
+                let _ = tx.try_send(r);
+                true
+            }
+            None => false,
+        });
+        self.jobs.get(shard)?.send(job).await.ok()?;
+        rx.recv().await.ok()
+    }
+}
+
+/// The shard's job loop: runs jobs from other shards against its registry.
+pub async fn run_jobs(registry: Rc<Registry>, jobs: async_channel::Receiver<ShardJob>) {
+    while let Ok(mut job) = jobs.recv().await {
+        while !job(&registry) {
+            glommio::timer::sleep(BUSY_RETRY).await;
+        }
+    }
+}
+
+/// A question about one partition, answered on its owning shard.
+pub type PartitionFn<Q, R> = fn(&ServedPartition, &PartitionLog, &Q) -> R;
+
+/// What a connection needs to reach partitions: its own shard's registry
+/// (used directly) and the links to the others.
+#[derive(Clone)]
+pub struct ShardAccess {
+    pub local: Rc<Registry>,
+    pub links: Arc<ShardLinks>,
+}
+
+impl ShardAccess {
+    /// Runs `f` against the registry of `shard`: inline when it is this one.
+    pub async fn on<R, F>(&self, shard: usize, mut f: F) -> Option<R>
+    where
+        R: Send + 'static,
+        F: FnMut(&Registry) -> Option<R> + Send + 'static,
+    {
+        if shard == self.local.shard {
+            loop {
+                if let Some(r) = f(&self.local) {
+                    return Some(r);
+                }
+                glommio::timer::sleep(BUSY_RETRY).await;
+            }
+        }
+        self.links.run(shard, f).await
+    }
+
+    /// Answers `f` for each (owner shard, partition, question): one job per
+    /// shard, results in input order; `None` for a partition its shard no
+    /// longer has (or a shard that has ended).
+    pub async fn query<Q, R>(&self, items: Vec<(usize, TopicPartition, Q)>, f: PartitionFn<Q, R>) -> Vec<Option<R>>
+    where
+        Q: Send + 'static,
+        R: Send + 'static,
+    {
+        let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+        let mut by_shard: HashMap<usize, Vec<(usize, TopicPartition, Q)>> = HashMap::new();
+        for (i, (shard, tp, q)) in items.into_iter().enumerate() {
+            by_shard.entry(shard).or_default().push((i, tp, q));
+        }
+        for (shard, items) in by_shard {
+            let answers = self
+                .on(shard, move |registry| {
+                    let mut answers = Vec::with_capacity(items.len());
+                    for (i, tp, q) in &items {
+                        let answer = match registry.get(tp) {
+                            Some(p) => Some(f(&p, &*p.log.try_borrow().ok()?, q)),
+                            None => None,
+                        };
+                        answers.push((*i, answer));
+                    }
+                    Some(answers)
+                })
+                .await;
+            for (i, answer) in answers.into_iter().flatten() {
+                out[i] = answer;
+            }
+        }
+        out
+    }
+}
