@@ -371,6 +371,18 @@ impl KafkaConnection {
         self
     }
 
+    /// Sends one request and decodes its response (any API and version
+    /// the `kafka-protocol` crate knows).
+    pub fn request<Req: Encodable + HeaderVersion, Resp: Decodable + HeaderVersion>(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        request: &Req,
+    ) -> std::io::Result<Resp> {
+        let mut body = self.round_trip::<Req, Resp>(api_key, version, request)?;
+        Resp::decode(&mut body, version).map_err(std::io::Error::other)
+    }
+
     /// Sends one request frame and returns the response body after its header.
     fn round_trip<Req: Encodable + HeaderVersion, Resp: HeaderVersion>(
         &mut self,

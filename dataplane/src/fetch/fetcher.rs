@@ -10,12 +10,13 @@
 //! unreachable) is handed back to the supervisor with the reason.
 
 use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use event_listener::Event;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -23,6 +24,7 @@ use crate::batch::{BatchErrorKind, BatchIter, Validation, validate_batches};
 use crate::client::{
     ClientError, Connection, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, error_codes, list_offset,
 };
+use crate::log::TopicPartition;
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
 use super::control::{Directive, Directives};
@@ -56,6 +58,49 @@ fn leading_batches_below(received: &[u8], log_end: i64, max_batch_bytes: u32) ->
         break;
     }
     (skip, None)
+}
+
+/// Fetch sessions (KIP-227) exist from this version on.
+const FETCH_VERSION_SESSIONS: i16 = 7;
+/// Session epochs: 0 asks for a new session, -1 means none.
+const INITIAL_EPOCH: i32 = 0;
+const FINAL_EPOCH: i32 = -1;
+
+/// What was last sent for a partition in the current fetch session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SentPartition {
+    fetch_offset: i64,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
+    topic_id: [u8; 16],
+}
+
+/// Our side of an incremental fetch session with one broker (KIP-227):
+/// after a full request that the broker answers with a session id, each
+/// request carries only partitions whose fetch state changed, and names
+/// the ones that left. A session error or a reconnect starts a new one.
+#[derive(Debug, Default)]
+struct ClientSession {
+    /// 0: no session (the next request is a full one asking for one).
+    id: i32,
+    /// Epoch of the next incremental request.
+    epoch: i32,
+    sent: HashMap<TopicPartition, SentPartition>,
+}
+
+impl ClientSession {
+    /// Takes in the response to a request sent with `sent_epoch`.
+    fn answered(&mut self, sent_epoch: i32, session_id: i32) {
+        match sent_epoch {
+            INITIAL_EPOCH if session_id != 0 => {
+                self.id = session_id;
+                self.epoch = 1;
+            }
+            // The broker keeps no session: full requests go on.
+            INITIAL_EPOCH | FINAL_EPOCH => self.id = 0,
+            epoch => self.epoch = if epoch == i32::MAX { 1 } else { epoch + 1 },
+        }
+    }
 }
 
 /// Why a partition left its fetcher.
@@ -126,6 +171,7 @@ impl Fetcher {
         let mut connect_failures = 0u32;
         // Receive buffer for IngestMode::AlignedCopy (stays empty otherwise).
         let mut scratch = AlignedBuffer::default();
+        let mut session = ClientSession::default();
         loop {
             partitions.append(&mut self.inbox.borrow_mut());
             self.apply_directives(&mut partitions);
@@ -143,6 +189,8 @@ impl Fetcher {
                 None => match Connection::connect(&self.addr, self.settings.connection.clone()).await {
                     Ok(c) => {
                         connect_failures = 0;
+                        // A session lives with its connection.
+                        session = ClientSession::default();
                         conn.insert(c)
                     }
                     Err(e) => {
@@ -169,7 +217,7 @@ impl Fetcher {
                 glommio::timer::sleep(Duration::from_millis(self.settings.fetch_max_wait_ms)).await;
                 continue;
             }
-            match self.fetch_once(c, &mut partitions, &mut scratch).await {
+            match self.fetch_once(c, &mut partitions, &mut scratch, &mut session).await {
                 Ok(after) => {
                     if let Err(e) = self.act_after_response(c, &mut partitions, after).await {
                         tracing::warn!(broker = self.broker_id, error = %e, "follow-up request failed; reconnecting");
@@ -296,7 +344,7 @@ impl Fetcher {
         });
     }
 
-    fn build_request(&self, version: i16, partitions: &[MirrorPartition]) -> FetchRequest {
+    fn build_request(&self, version: i16, partitions: &[MirrorPartition], session: &mut ClientSession) -> FetchRequest {
         let s = &self.settings;
         let mut request = FetchRequest::default();
         request.replica_id = (-1).into();
@@ -304,33 +352,85 @@ impl Fetcher {
         request.min_bytes = s.fetch_min_bytes;
         request.max_bytes = s.fetch_max_bytes;
         request.isolation_level = 0;
-        request.session_id = 0;
-        request.session_epoch = -1;
-        for p in partitions.iter().filter(|p| p.fetchable()) {
-            let mut fp = FetchPartition::default();
-            fp.partition = p.key.tp.partition;
-            fp.current_leader_epoch = p.fetch_epoch;
-            fp.fetch_offset = p.log().log_end_offset();
-            fp.last_fetched_epoch = p.log().epoch_cache().latest().map_or(-1, |e| e.epoch);
-            fp.log_start_offset = -1;
-            fp.partition_max_bytes = s.fetch_partition_max_bytes;
-            let same_topic = |t: &FetchTopic| {
-                if version >= FETCH_VERSION_TOPIC_IDS {
-                    *t.topic_id.as_bytes() == p.key.topic_id
+        let sessions = version >= FETCH_VERSION_SESSIONS;
+        let incremental = sessions && session.id != 0;
+        request.session_id = if incremental { session.id } else { 0 };
+        request.session_epoch = match (sessions, incremental) {
+            (false, _) => FINAL_EPOCH,
+            (true, false) => INITIAL_EPOCH,
+            (true, true) => session.epoch,
+        };
+        if !incremental {
+            session.sent.clear();
+        }
+        let by_id = version >= FETCH_VERSION_TOPIC_IDS;
+        let topic_of = |topics: &mut Vec<FetchTopic>, tp: &TopicPartition, topic_id: [u8; 16]| -> usize {
+            let same = |t: &FetchTopic| {
+                if by_id {
+                    *t.topic_id.as_bytes() == topic_id
                 } else {
-                    t.topic.0.as_str() == p.key.tp.topic
+                    t.topic.0.as_str() == tp.topic
                 }
             };
-            match request.topics.iter_mut().find(|t| same_topic(t)) {
-                Some(t) => t.partitions.push(fp),
-                None => {
-                    let mut t = FetchTopic::default();
-                    t.topic = TopicName(StrBytes::from_string(p.key.tp.topic.clone()));
-                    t.topic_id = uuid::Uuid::from_bytes(p.key.topic_id);
-                    t.partitions.push(fp);
-                    request.topics.push(t);
-                }
+            if let Some(i) = topics.iter().position(same) {
+                return i;
             }
+            let mut t = FetchTopic::default();
+            t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
+            t.topic_id = uuid::Uuid::from_bytes(topic_id);
+            topics.push(t);
+            topics.len() - 1
+        };
+        let mut keep = HashSet::new();
+        for p in partitions.iter().filter(|p| p.fetchable()) {
+            let sent = SentPartition {
+                fetch_offset: p.log().log_end_offset(),
+                current_leader_epoch: p.fetch_epoch,
+                last_fetched_epoch: p.log().epoch_cache().latest().map_or(-1, |e| e.epoch),
+                topic_id: p.key.topic_id,
+            };
+            keep.insert(p.key.tp.clone());
+            // In a session only what changed is sent; the source keeps the rest.
+            if session.sent.get(&p.key.tp) == Some(&sent) {
+                continue;
+            }
+            let mut fp = FetchPartition::default();
+            fp.partition = p.key.tp.partition;
+            fp.current_leader_epoch = sent.current_leader_epoch;
+            fp.fetch_offset = sent.fetch_offset;
+            fp.last_fetched_epoch = sent.last_fetched_epoch;
+            fp.log_start_offset = -1;
+            fp.partition_max_bytes = s.fetch_partition_max_bytes;
+            let i = topic_of(&mut request.topics, &p.key.tp, p.key.topic_id);
+            request.topics[i].partitions.push(fp);
+            session.sent.insert(p.key.tp.clone(), sent);
+        }
+        // Partitions no longer fetched here leave the session.
+        let gone: Vec<(TopicPartition, SentPartition)> = session
+            .sent
+            .iter()
+            .filter(|(tp, _)| !keep.contains(*tp))
+            .map(|(tp, sent)| (tp.clone(), *sent))
+            .collect();
+        for (tp, sent) in gone {
+            session.sent.remove(&tp);
+            let i = match request.forgotten_topics_data.iter().position(|t| {
+                if by_id {
+                    *t.topic_id.as_bytes() == sent.topic_id
+                } else {
+                    t.topic.0.as_str() == tp.topic
+                }
+            }) {
+                Some(i) => i,
+                None => {
+                    let mut t = ForgottenTopic::default();
+                    t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
+                    t.topic_id = uuid::Uuid::from_bytes(sent.topic_id);
+                    request.forgotten_topics_data.push(t);
+                    request.forgotten_topics_data.len() - 1
+                }
+            };
+            request.forgotten_topics_data[i].partitions.push(tp.partition);
         }
         request
     }
@@ -341,12 +441,13 @@ impl Fetcher {
         c: &mut Connection,
         partitions: &mut [MirrorPartition],
         scratch: &mut AlignedBuffer,
+        session: &mut ClientSession,
     ) -> Result<AfterResponse, ClientError> {
         let mut version = c.version_for::<FetchRequest>(FETCH_VERSION_MIN, FETCH_VERSION_MAX)?;
         if partitions.iter().any(|p| p.key.topic_id == [0; 16]) {
             version = version.min(FETCH_VERSION_TOPIC_IDS - 1);
         }
-        let request = self.build_request(version, partitions);
+        let request = self.build_request(version, partitions, session);
         let correlation_id = c.send(&request, version).await?;
         let frame_len = c.read_frame_len().await?;
         let decode = |reason: String| ClientError::Decode {
@@ -379,12 +480,14 @@ impl Fetcher {
                         });
                     }
                     if h.error_code != error_codes::NONE {
+                        // Session errors included: the reconnect starts afresh.
                         return Err(ClientError::ErrorCode {
                             addr: self.addr.clone(),
                             api: "Fetch",
                             code: h.error_code,
                         });
                     }
+                    session.answered(request.session_epoch, h.session_id);
                 }
                 FetchStep::Topic => {}
                 FetchStep::Records { records_len } => {

@@ -4,17 +4,21 @@
 //! passed (woken by appends on the owning shards), and the response goes
 //! out with the records sent straight from the segment files.
 //!
-//! Fetch sessions (KIP-227): we answer with session id 0, which tells a
-//! client that asked for a session to keep sending full requests; a request
-//! naming a session we never created gets FETCH_SESSION_ID_NOT_FOUND.
+//! Incremental fetch sessions (KIP-227): a request with session epoch 0
+//! creates one (kept with the connection); later requests send only the
+//! partitions whose fetch state changed and name the ones to forget, and
+//! the answer carries only the partitions that have records, an error, or
+//! new watermarks. Epoch -1 fetches without a session.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::messages::{FetchRequest, TopicName};
 
 use super::handlers::{READ_COMMITTED, check_leader_epoch};
 use super::listener::ClientConnection;
@@ -25,6 +29,11 @@ use crate::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
 
 /// From this version on, requests name topics by id.
 const FIRST_TOPIC_ID_VERSION: i16 = 13;
+/// Fetch sessions exist from this version on.
+const FIRST_SESSION_VERSION: i16 = 7;
+/// Session epochs: 0 asks for a new session, -1 closes one (or uses none).
+const INITIAL_EPOCH: i32 = 0;
+const FINAL_EPOCH: i32 = -1;
 /// From this version on, a partition may carry a diverging epoch.
 const FIRST_DIVERGING_EPOCH_VERSION: i16 = 12;
 /// Longest long-poll we honour, whatever a client asks.
@@ -100,60 +109,68 @@ fn apply_response_limit(answers: &mut [PartitionAnswer], max_bytes: usize) {
     }
 }
 
-/// One requested partition: where it is, what to ask.
-struct Wanted {
-    topic: usize,
+/// How a request names a topic: by name before Fetch v13, by id after.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum TopicKeyOwned {
+    Name(String),
+    Id([u8; 16]),
+}
+
+impl TopicKeyOwned {
+    fn of(by_id: bool, name: &TopicName, id: &uuid::Uuid) -> Self {
+        if by_id {
+            Self::Id(*id.as_bytes())
+        } else {
+            Self::Name(name.0.to_string())
+        }
+    }
+}
+
+/// One partition a Fetch (or a fetch session) asks for.
+#[derive(Clone)]
+struct FetchTarget {
+    topic: TopicKeyOwned,
     partition: i32,
-    owner: Option<(usize, TopicPartition)>,
     query: PartitionQuery,
 }
 
-pub async fn handle_fetch(
-    conn: &mut ClientConnection,
-    version: i16,
-    correlation_id: i32,
-    request: FetchRequest,
-) -> std::io::Result<()> {
-    let catalog = conn.catalog.get();
-    // Sessionless (epoch -1) and "new session" (id 0, epoch 0) requests are
-    // answered in full without a session; anything else names a session
-    // we do not have.
-    let session_error = if request.session_id != 0 {
-        ec::FETCH_SESSION_ID_NOT_FOUND
-    } else if request.session_epoch > 0 {
-        ec::INVALID_FETCH_SESSION_EPOCH
-    } else {
-        ec::NONE
-    };
-    if session_error != ec::NONE {
-        let w = FetchResponseWriter::new(version, correlation_id, session_error, 0, 0);
-        return conn.send_fetch_response(w.finish()).await;
+/// What a partition's last answer in a session said, to tell whether the
+/// next incremental response must include it.
+type Watermarks = (i64, i64, i64);
+
+/// An incremental fetch session (KIP-227), kept with its connection: the
+/// partitions it fetches (as last sent by the client) and what each was
+/// last answered. A client that reconnects gets FETCH_SESSION_ID_NOT_FOUND
+/// and starts a new one, as the protocol provides.
+pub struct FetchSession {
+    id: i32,
+    next_epoch: i32,
+    targets: Vec<FetchTarget>,
+    last_sent: HashMap<(TopicKeyOwned, i32), Watermarks>,
+}
+
+/// Session ids: unique per process, never 0 (0 means "no session").
+static NEXT_SESSION_ID: AtomicI32 = AtomicI32::new(1);
+
+fn new_session_id() -> i32 {
+    loop {
+        let id = NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        if id != 0 {
+            return id;
+        }
     }
+}
+
+/// The partitions of a request, in request order.
+fn request_targets(request: &FetchRequest, version: i16) -> Vec<FetchTarget> {
     let by_id = version >= FIRST_TOPIC_ID_VERSION;
-    let mut topic_keys: Vec<(Option<String>, [u8; 16])> = Vec::with_capacity(request.topics.len());
-    let mut wanted = Vec::new();
+    let mut out = Vec::new();
     for t in &request.topics {
-        let entry = if by_id {
-            catalog.topic_by_id(t.topic_id.as_bytes())
-        } else {
-            catalog.topic(&t.topic.0)
-        };
-        let name = if by_id {
-            entry.map(|e| e.name.clone())
-        } else {
-            Some(t.topic.0.to_string())
-        };
+        let topic = TopicKeyOwned::of(by_id, &t.topic, &t.topic_id);
         for p in &t.partitions {
-            let owner = entry.and_then(|e| e.partitions.get(&p.partition)).map(|pe| {
-                (
-                    pe.shard,
-                    TopicPartition::new(entry.map_or("", |e| &e.name), p.partition),
-                )
-            });
-            wanted.push(Wanted {
-                topic: topic_keys.len(),
+            out.push(FetchTarget {
+                topic: topic.clone(),
                 partition: p.partition,
-                owner,
                 query: PartitionQuery {
                     fetch_offset: p.fetch_offset,
                     current_leader_epoch: p.current_leader_epoch,
@@ -163,47 +180,156 @@ pub async fn handle_fetch(
                         -1
                     },
                     max_bytes: usize::try_from(p.partition_max_bytes.max(0)).unwrap_or(0),
-                    read_committed: request.isolation_level == READ_COMMITTED,
+                    read_committed: false,
                 },
             });
         }
-        topic_keys.push((name, *t.topic_id.as_bytes()));
     }
+    out
+}
+
+/// The request's forgotten partitions (incremental requests only).
+fn forgotten(request: &FetchRequest, version: i16) -> Vec<(TopicKeyOwned, i32)> {
+    let by_id = version >= FIRST_TOPIC_ID_VERSION;
+    let mut out = Vec::new();
+    for t in &request.forgotten_topics_data {
+        let topic = TopicKeyOwned::of(by_id, &t.topic, &t.topic_id);
+        out.extend(t.partitions.iter().map(|&p| (topic.clone(), p)));
+    }
+    out
+}
+
+/// How this request relates to a fetch session.
+enum SessionMode {
+    /// Answer in full, no session (epoch -1).
+    Sessionless,
+    /// A new session was created: answer in full with its id.
+    Created(i32),
+    /// An incremental request in the connection's session.
+    Incremental(i32),
+}
+
+/// Applies the request's session fields (KIP-227) to the connection's
+/// session; returns the mode and the partitions to answer, or an error code.
+fn apply_session(
+    conn: &mut ClientConnection,
+    request: &FetchRequest,
+    version: i16,
+) -> Result<(SessionMode, Vec<FetchTarget>), i16> {
+    let mut targets = request_targets(request, version);
+    let read_committed = request.isolation_level == READ_COMMITTED;
+    for t in &mut targets {
+        t.query.read_committed = read_committed;
+    }
+    match (request.session_id, request.session_epoch) {
+        (id, FINAL_EPOCH) => {
+            if conn.fetch_session.as_ref().is_some_and(|s| s.id == id) {
+                conn.fetch_session = None;
+            }
+            Ok((SessionMode::Sessionless, targets))
+        }
+        (_, INITIAL_EPOCH) if version >= FIRST_SESSION_VERSION => {
+            let id = new_session_id();
+            conn.fetch_session = Some(FetchSession {
+                id,
+                next_epoch: 1,
+                targets: targets.clone(),
+                last_sent: HashMap::new(),
+            });
+            Ok((SessionMode::Created(id), targets))
+        }
+        (_, INITIAL_EPOCH) | (0, _) => Err(ec::INVALID_FETCH_SESSION_EPOCH),
+        (id, epoch) => {
+            let Some(session) = conn.fetch_session.as_mut().filter(|s| s.id == id) else {
+                return Err(ec::FETCH_SESSION_ID_NOT_FOUND);
+            };
+            if epoch != session.next_epoch {
+                return Err(ec::INVALID_FETCH_SESSION_EPOCH);
+            }
+            session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+            for (topic, partition) in forgotten(request, version) {
+                session
+                    .targets
+                    .retain(|t| !(t.topic == topic && t.partition == partition));
+                session.last_sent.remove(&(topic, partition));
+            }
+            for update in targets {
+                match session
+                    .targets
+                    .iter_mut()
+                    .find(|t| t.topic == update.topic && t.partition == update.partition)
+                {
+                    Some(t) => *t = update,
+                    None => session.targets.push(update),
+                }
+            }
+            for t in &mut session.targets {
+                t.query.read_committed = read_committed;
+            }
+            Ok((SessionMode::Incremental(id), session.targets.clone()))
+        }
+    }
+}
+
+pub async fn handle_fetch(
+    conn: &mut ClientConnection,
+    version: i16,
+    correlation_id: i32,
+    request: FetchRequest,
+) -> std::io::Result<()> {
+    let (mode, targets) = match apply_session(conn, &request, version) {
+        Ok(applied) => applied,
+        Err(code) => {
+            let w = FetchResponseWriter::new(version, correlation_id, code, 0, 0);
+            return conn.send_fetch_response(w.finish()).await;
+        }
+    };
+    let catalog = conn.catalog.get();
+    let owners: Vec<Option<(usize, TopicPartition)>> = targets
+        .iter()
+        .map(|t| {
+            let entry = match &t.topic {
+                TopicKeyOwned::Name(name) => catalog.topic(name),
+                TopicKeyOwned::Id(id) => catalog.topic_by_id(id),
+            }?;
+            let shard = entry.partitions.get(&t.partition)?.shard;
+            Some((shard, TopicPartition::new(entry.name.clone(), t.partition)))
+        })
+        .collect();
+    let unknown = if version >= FIRST_TOPIC_ID_VERSION {
+        ec::UNKNOWN_TOPIC_ID
+    } else {
+        ec::UNKNOWN_TOPIC_OR_PARTITION
+    };
     let max_bytes = usize::try_from(request.max_bytes.max(0)).unwrap_or(0);
     let min_bytes = usize::try_from(request.min_bytes.max(0)).unwrap_or(0);
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0)).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + max_wait;
-    let mut shards: Vec<usize> = wanted.iter().filter_map(|w| w.owner.as_ref().map(|o| o.0)).collect();
+    let mut shards: Vec<usize> = owners.iter().flatten().map(|o| o.0).collect();
     shards.sort_unstable();
     shards.dedup();
-    let answers = loop {
+    let mut answers = loop {
         // Listen before reading, so an append in between wakes us.
-        let listeners: Vec<_> = shards.iter().map(|&s| conn.access.links.listen(s)).collect();
-        let items = wanted
+        let mut listeners: Vec<_> = shards.iter().map(|&s| conn.access.links.listen(s)).collect();
+        let items = targets
             .iter()
-            .filter_map(|w| w.owner.clone().map(|(shard, tp)| (shard, tp, w.query.clone())))
+            .zip(&owners)
+            .filter_map(|(t, o)| o.clone().map(|(shard, tp)| (shard, tp, t.query.clone())))
             .collect();
-        let mut answers = conn.access.query(items, read_partition).await.into_iter();
-        let answers: Vec<PartitionAnswer> = wanted
+        let mut read = conn.access.query(items, read_partition).await.into_iter();
+        let answers: Vec<PartitionAnswer> = targets
             .iter()
-            .map(|w| {
-                let answer = if w.owner.is_some() {
-                    answers.next().flatten()
-                } else {
-                    None
-                };
+            .zip(&owners)
+            .map(|(t, o)| {
+                let answer = o.as_ref().and_then(|_| read.next().flatten());
                 let mut answer = answer.unwrap_or_else(|| PartitionAnswer {
-                    error_code: if by_id {
-                        ec::UNKNOWN_TOPIC_ID
-                    } else {
-                        ec::UNKNOWN_TOPIC_OR_PARTITION
-                    },
+                    error_code: unknown,
                     high_watermark: -1,
                     last_stable_offset: -1,
                     log_start_offset: -1,
                     ..PartitionAnswer::default()
                 });
-                answer.partition = w.partition;
+                answer.partition = t.partition;
                 answer
             })
             .collect();
@@ -215,7 +341,6 @@ pub async fn handle_fetch(
         if bytes >= min_bytes || errors || now >= deadline || shards.is_empty() {
             break answers;
         }
-        let mut listeners = listeners;
         let any_append = future::poll_fn(|cx| {
             for l in &mut listeners {
                 if Pin::new(l).poll(cx).is_ready() {
@@ -229,17 +354,45 @@ pub async fn handle_fetch(
         })
         .await;
     };
-    let mut answers = answers;
     apply_response_limit(&mut answers, max_bytes);
-    let mut w = FetchResponseWriter::new(version, correlation_id, ec::NONE, 0, topic_keys.len());
-    let mut answers = answers.into_iter().zip(wanted.iter().map(|w| w.topic)).peekable();
-    for (i, (name, id)) in topic_keys.iter().enumerate() {
-        let partitions: Vec<PartitionAnswer> =
-            std::iter::from_fn(|| answers.next_if(|(_, t)| *t == i).map(|(a, _)| a)).collect();
-        let key = if by_id {
-            TopicKey::Id(*id)
-        } else {
-            TopicKey::Name(name.as_deref().unwrap_or(""))
+    let session_id = match mode {
+        SessionMode::Sessionless => 0,
+        SessionMode::Created(id) | SessionMode::Incremental(id) => id,
+    };
+    // Which answers go out: all, or in a session only what changed.
+    let mut include = vec![true; answers.len()];
+    if let Some(session) = conn.fetch_session.as_mut().filter(|s| s.id == session_id) {
+        for ((t, a), include) in targets.iter().zip(&answers).zip(&mut include) {
+            let marks = (a.high_watermark, a.last_stable_offset, a.log_start_offset);
+            let key = (t.topic.clone(), t.partition);
+            let changed = a.error_code != ec::NONE
+                || a.diverging_epoch.is_some()
+                || a.records.as_ref().is_some_and(|r| r.len > 0)
+                || session.last_sent.get(&key) != Some(&marks);
+            if matches!(mode, SessionMode::Incremental(_)) {
+                *include = changed;
+            }
+            if *include {
+                session.last_sent.insert(key, marks);
+            }
+        }
+    }
+    // Group the answers by topic, topics in order of first appearance.
+    let mut topics: Vec<(&TopicKeyOwned, Vec<PartitionAnswer>)> = Vec::new();
+    for ((t, a), include) in targets.iter().zip(answers).zip(include) {
+        if !include {
+            continue;
+        }
+        match topics.iter_mut().find(|(key, _)| *key == &t.topic) {
+            Some((_, partitions)) => partitions.push(a),
+            None => topics.push((&t.topic, vec![a])),
+        }
+    }
+    let mut w = FetchResponseWriter::new(version, correlation_id, ec::NONE, session_id, topics.len());
+    for (key, partitions) in topics {
+        let key = match key {
+            TopicKeyOwned::Name(name) => TopicKey::Name(name),
+            TopicKeyOwned::Id(id) => TopicKey::Id(*id),
         };
         w.topic(key, partitions.len());
         for p in partitions {

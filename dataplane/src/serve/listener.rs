@@ -19,6 +19,7 @@ use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
 use super::catalog::CatalogView;
+use super::fetch::FetchSession;
 use super::handlers;
 use super::registry::ShardAccess;
 use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, decode_request};
@@ -81,6 +82,8 @@ pub struct ClientConnection {
     pub settings: Rc<ListenerSettings>,
     pub access: ShardAccess,
     pub catalog: CatalogView,
+    /// This connection's incremental fetch session, if the client made one.
+    pub fetch_session: Option<FetchSession>,
     copy_buffer: Vec<u8>,
 }
 
@@ -96,6 +99,7 @@ impl ClientConnection {
             settings,
             access,
             catalog,
+            fetch_session: None,
             copy_buffer: Vec::new(),
         }
     }
