@@ -7,7 +7,8 @@
 //! * [`procstat`] reads a process's CPU time and page faults from `/proc`.
 //!
 //! The binaries are `synthetic-source` (the source alone) and `perf-mirror`
-//! (the harness: fetch-and-discard, mirroring, the rdkafka baseline, lag).
+//! (the harness: fetch-and-discard, mirroring, the rdkafka baseline, lag,
+//! and consumers reading from the agent's listener, the source and the mock).
 
 pub mod dataset;
 pub mod procstat;

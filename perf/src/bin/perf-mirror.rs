@@ -27,6 +27,27 @@
 //! * `rdkafka-mirror` — the same consumer re-producing every record with an
 //!   rdkafka `BaseProducer` into a sink topic of the source (the whole MM2 path).
 //!
+//! Serving (consumer scenarios): the same rdkafka consumer (pinned to the
+//! last CPU) reads a whole topic from a server pinned to CPU 0, and the
+//! server's CPU is measured as well as the consumer's:
+//!
+//! * `serve-zero-copy` — `ringmirror run` with a `[listener]`, no mirror and
+//!   1 shard, serving a data dir that holds the dataset (mirrored from the
+//!   synthetic source once per harness run, verified): records go from the
+//!   segment files to the socket with sendfile.
+//! * `serve-copy` — the same with `zero_copy = false` (pread into a buffer, write).
+//! * `synthetic-consume` — the synthetic source serving the same dataset from
+//!   memory: the fastest server we have.
+//! * `mock-consume` — librdkafka's mock cluster (1 broker) in a helper process.
+//!   It keeps only ~5 MiB per partition, so it gets its own smaller dataset
+//!   (`--mock-partitions` × `--mock-partition-kib`, the same batches),
+//!   produced into it before the timed read.
+//! * `synthetic-consume-mockdata` — the synthetic source serving the mock's
+//!   dataset, to tell the mock's cost from that dataset's shape.
+//!
+//! Their window is the consumer's: from its first message to its last; the
+//! consumer must see exactly the dataset's records and value bytes.
+//!
 //! The window measured is the same for all: from the source's first Fetch
 //! request to completion (the source saw every partition fetched at its end
 //! offset, or the child said it was done). CPU and faults come from
@@ -41,7 +62,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -62,6 +83,14 @@ use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};
 const TOPIC: &str = "perf-source";
 const SINK_TOPIC: &str = "perf-sink";
 const BATCH_HEADER_BYTES: usize = 61;
+/// Where every server of the consumer scenarios runs: the agent's shard 0 is
+/// pinned there, so the synthetic source and the mock are too.
+const SERVER_CPU: usize = 0;
+/// librdkafka's mock cluster deletes a partition's oldest message sets once
+/// it holds more than this (`mpart->max_size` in rdkafka_mock.c).
+const MOCK_PARTITION_MAX_BYTES: u64 = 5 << 20;
+/// How long a server may take to start listening.
+const SERVER_START_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SCENARIOS: &str = "discard-read,discard-unaligned,discard-crc,discard-skip,segment-inline,segment-ahead,segment-pwrite,\
      mirror-1,mirror-1-copy,mirror-2,rdkafka-consume,rdkafka-mirror";
 
@@ -137,6 +166,12 @@ struct Args {
     /// Lag: batches that became available in the first seconds are left out (agent start-up).
     #[arg(long, default_value_t = 2)]
     lag_warmup_s: u64,
+    /// mock-consume: partitions of the mock's dataset.
+    #[arg(long, default_value_t = 128)]
+    mock_partitions: i32,
+    /// mock-consume: KiB of batches per partition (the mock keeps at most 5 MiB).
+    #[arg(long, default_value_t = 4096)]
+    mock_partition_kib: u64,
 }
 
 #[derive(Subcommand)]
@@ -147,6 +182,9 @@ enum ChildCommand {
     /// Internal: read everything with an rdkafka consumer (and re-produce it).
     #[command(hide = true)]
     Rdkafka(RdkafkaArgs),
+    /// Internal: run librdkafka's mock cluster until killed.
+    #[command(hide = true)]
+    MockCluster(MockArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -201,6 +239,18 @@ struct RdkafkaArgs {
     fetch_partition_max_bytes: i32,
     #[arg(long)]
     fetch_max_bytes: i32,
+    /// Pin the consumer (all its threads) to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct MockArgs {
+    #[arg(long)]
+    partitions: i32,
+    /// Pin the mock (all its threads) to this CPU.
+    #[arg(long)]
+    cpu: usize,
 }
 
 fn main() {
@@ -214,6 +264,7 @@ fn main() {
     let result = match &args.child {
         Some(ChildCommand::Discard(a)) => child_discard(a.clone()),
         Some(ChildCommand::Rdkafka(a)) => child_rdkafka(a),
+        Some(ChildCommand::MockCluster(a)) => child_mock(a),
         None if args.lag => run_lag(&args),
         None => run_throughput(&args),
     };
@@ -651,6 +702,10 @@ fn child_rdkafka(a: &RdkafkaArgs) -> anyhow::Result<()> {
     use rdkafka::{Offset, TopicPartitionList};
 
     let ends: Vec<i64> = a.ends.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    if let Some(cpu) = a.cpu {
+        // Before librdkafka starts its threads, so that they inherit the mask.
+        procstat::pin_current_thread(cpu);
+    }
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &a.addr)
         .set("group.id", "ringmirror-perf-baseline")
@@ -695,6 +750,10 @@ fn child_rdkafka(a: &RdkafkaArgs) -> anyhow::Result<()> {
             }
             Some(Ok(m)) => m,
         };
+        if messages == 0 {
+            // Starts the serving scenarios' window.
+            println!("first");
+        }
         let payload = message.payload().unwrap_or_default();
         let key = message.key();
         messages += 1;
@@ -731,6 +790,20 @@ fn child_rdkafka(a: &RdkafkaArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn child_mock(a: &MockArgs) -> anyhow::Result<()> {
+    // Before librdkafka starts the mock's threads, so that they inherit the mask.
+    procstat::pin_current_thread(a.cpu);
+    let cluster = rdkafka::mocking::MockCluster::new(1).context("start the mock cluster")?;
+    cluster
+        .create_topic(TOPIC, a.partitions, 1)
+        .context("create the mock's topic")?;
+    println!("bootstrap {}", cluster.bootstrap_servers());
+    // The mock runs on its own threads; the harness kills this process when done.
+    loop {
+        std::thread::park();
+    }
+}
+
 // ---------------------------------------------------------------- throughput
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -744,6 +817,19 @@ enum Scenario {
     Rdkafka {
         produce: bool,
     },
+    /// The rdkafka consumer reading everything from `Server`.
+    Consume(Server),
+}
+
+/// What serves the consumer of a serving scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    /// `ringmirror run` with a `[listener]` and no mirror.
+    Agent { zero_copy: bool },
+    /// The synthetic source, serving the main dataset or the mock's.
+    Synthetic { mock_data: bool },
+    /// librdkafka's mock cluster in a helper process.
+    Mock,
 }
 
 impl Scenario {
@@ -758,6 +844,11 @@ impl Scenario {
             "segment-pwrite" => Self::Discard(DiscardMode::SegmentPwrite),
             "rdkafka-consume" => Self::Rdkafka { produce: false },
             "rdkafka-mirror" => Self::Rdkafka { produce: true },
+            "serve-zero-copy" => Self::Consume(Server::Agent { zero_copy: true }),
+            "serve-copy" => Self::Consume(Server::Agent { zero_copy: false }),
+            "synthetic-consume" => Self::Consume(Server::Synthetic { mock_data: false }),
+            "synthetic-consume-mockdata" => Self::Consume(Server::Synthetic { mock_data: true }),
+            "mock-consume" => Self::Consume(Server::Mock),
             s if s.starts_with("mirror-") => {
                 let rest = &s["mirror-".len()..];
                 let (shards, copy) = match rest.strip_suffix("-copy") {
@@ -786,6 +877,11 @@ impl Scenario {
             Self::Mirror { shards, copy: true } => format!("mirror-{shards}-copy"),
             Self::Rdkafka { produce: false } => "rdkafka-consume".into(),
             Self::Rdkafka { produce: true } => "rdkafka-mirror".into(),
+            Self::Consume(Server::Agent { zero_copy: true }) => "serve-zero-copy".into(),
+            Self::Consume(Server::Agent { zero_copy: false }) => "serve-copy".into(),
+            Self::Consume(Server::Synthetic { mock_data: false }) => "synthetic-consume".into(),
+            Self::Consume(Server::Synthetic { mock_data: true }) => "synthetic-consume-mockdata".into(),
+            Self::Consume(Server::Mock) => "mock-consume".into(),
         }
     }
 
@@ -810,6 +906,19 @@ impl Scenario {
             }
             Self::Rdkafka { produce: false } => "rdkafka BaseConsumer reads every record",
             Self::Rdkafka { produce: true } => "rdkafka consumer → BaseProducer into a sink (MM2's path)",
+            Self::Consume(Server::Agent { zero_copy: true }) => {
+                "ringmirror run, [listener] only, 1 shard: records sent from the segments with sendfile"
+            }
+            Self::Consume(Server::Agent { zero_copy: false }) => {
+                "same, zero_copy = false: records pread into a buffer, then written"
+            }
+            Self::Consume(Server::Synthetic { mock_data: false }) => {
+                "synthetic source, records written from memory with writev (the fastest server)"
+            }
+            Self::Consume(Server::Synthetic { mock_data: true }) => "synthetic source serving the mock's dataset",
+            Self::Consume(Server::Mock) => {
+                "librdkafka mock cluster (1 broker, helper process): one message set per partition per Fetch"
+            }
         }
     }
 }
@@ -821,9 +930,20 @@ struct Measured {
     bytes: u64,
     stat: ProcStat,
     source_cpu: Duration,
-    /// Busy CPU of the machine outside the measured child and this harness
-    /// (kernel writeback threads, other users of the machine).
+    /// Busy CPU of the machine outside the measured child, the server and
+    /// this harness (kernel writeback threads, other users of the machine).
     others_cpu: Duration,
+    /// Serving scenarios: the server's CPU (`stat` is then the consumer's).
+    server: Option<ServerCpu>,
+}
+
+/// CPU of the server a consumer read from, over the window.
+#[derive(Debug, Clone, Copy)]
+struct ServerCpu {
+    cpu: Duration,
+    /// The user/system split, when the server is a process of its own (agent,
+    /// mock); the synthetic source's threads only count their total.
+    stat: Option<ProcStat>,
 }
 
 impl Measured {
@@ -835,6 +955,9 @@ impl Measured {
     }
     fn faults_per_gb(&self) -> f64 {
         self.stat.minflt as f64 / (self.bytes as f64 / 1e9)
+    }
+    fn server_cpu_s_per_gb(&self) -> Option<f64> {
+        self.server.map(|s| s.cpu.as_secs_f64() / (self.bytes as f64 / 1e9))
     }
 }
 
@@ -851,8 +974,38 @@ struct Watched {
     pid: u32,
     /// `perf record --control` FIFO: events are enabled for the measured window only.
     perf_control: Option<std::fs::File>,
-    done_line: Arc<OnceLock<(Instant, String)>>,
+    /// The child's stdout lines, with when each arrived.
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
     log: PathBuf,
+}
+
+impl Watched {
+    /// The first line the child printed starting with `prefix`, and when.
+    fn line(&self, prefix: &str) -> Option<(Instant, String)> {
+        self.lines
+            .lock()
+            .expect("lines lock")
+            .iter()
+            .find(|(_, l)| l.starts_with(prefix))
+            .cloned()
+    }
+
+    /// Waits for a line starting with `prefix`; fails if the child exits first.
+    fn wait_line(&self, prefix: &str, timeout: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((_, line)) = self.line(prefix) {
+                return Ok(line);
+            }
+            anyhow::ensure!(
+                !exited_unreaped(self.child.id()),
+                "child exited; its log:\n{}",
+                log_tail(&self.log)
+            );
+            anyhow::ensure!(Instant::now() < deadline, "no {prefix:?} line after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 fn spawn_watched(mut cmd: Command, log: &Path) -> anyhow::Result<Watched> {
@@ -864,20 +1017,18 @@ fn spawn_watched(mut cmd: Command, log: &Path) -> anyhow::Result<Watched> {
         .spawn()
         .with_context(|| format!("spawn {cmd:?}"))?;
     let stdout = child.stdout.take().expect("piped");
-    let done_line: Arc<OnceLock<(Instant, String)>> = Arc::new(OnceLock::new());
-    let done = Arc::clone(&done_line);
+    let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let seen = Arc::clone(&lines);
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.starts_with("done") {
-                let _ = done.set((Instant::now(), line));
-            }
+            seen.lock().expect("lines lock").push((Instant::now(), line));
         }
     });
     Ok(Watched {
         pid: child.id(),
         perf_control: None,
         child,
-        done_line,
+        lines,
         log: log.to_path_buf(),
     })
 }
@@ -936,7 +1087,7 @@ fn measure(
         }
         let done_at = match signal {
             DoneSignal::SourceCaughtUp => source.caught_up(),
-            DoneSignal::ChildSaysDone => w.done_line.get().map(|(t, _)| *t),
+            DoneSignal::ChildSaysDone => w.line("done").map(|(t, _)| t),
         };
         if let (Some(done_at), Some((first, stat0, own0, busy0))) = (done_at, start) {
             if let Some(ctl) = &mut w.perf_control {
@@ -957,13 +1108,14 @@ fn measure(
                     .saturating_sub(busy0)
                     .saturating_sub(stat.cpu())
                     .saturating_sub(own),
+                server: None,
             });
         }
         if exited_unreaped(w.child.id()) {
             // Its "done" line may still be on its way through the pipe; a
             // zombie can still be sampled.
             std::thread::sleep(Duration::from_millis(200));
-            if done_at.is_none() && w.done_line.get().is_none() && !matches!(signal, DoneSignal::SourceCaughtUp) {
+            if done_at.is_none() && w.line("done").is_none() && !matches!(signal, DoneSignal::SourceCaughtUp) {
                 bail!("child exited early; its log:\n{}", log_tail(&w.log));
             }
             if matches!(signal, DoneSignal::SourceCaughtUp) && source.caught_up().is_none() {
@@ -977,6 +1129,202 @@ fn measure(
         }
         std::thread::sleep(Duration::from_micros(500));
     }
+}
+
+/// Who serves a consumer, for sampling its CPU.
+enum ServerProbe<'a> {
+    /// In this process: the source counts its threads' CPU itself.
+    Source(&'a SyntheticSource),
+    /// A child process (agent, mock helper).
+    Process(u32),
+}
+
+impl ServerProbe<'_> {
+    fn sample(&self) -> anyhow::Result<ServerCpu> {
+        Ok(match self {
+            Self::Source(source) => ServerCpu {
+                cpu: source.stats().cpu,
+                stat: None,
+            },
+            Self::Process(pid) => {
+                let stat = procstat::read(*pid).context("the server exited")?;
+                ServerCpu {
+                    cpu: stat.cpu(),
+                    stat: Some(stat),
+                }
+            }
+        })
+    }
+}
+
+/// Waits for a consumer child's window — its first message ("first") to its
+/// last ("done") — and samples the consumer, the server and the machine at
+/// both ends. The window is the consumer's because neither the agent nor the
+/// mock can say when their first Fetch came in.
+fn measure_consumer(w: &mut Watched, server: &ServerProbe, bytes: u64, timeout: Duration) -> anyhow::Result<Measured> {
+    let deadline = Instant::now() + timeout;
+    let mut start: Option<(Instant, ProcStat, ServerCpu, ProcStat, Duration)> = None;
+    loop {
+        if start.is_none()
+            && let Some((first, _)) = w.line("first")
+        {
+            start = Some((
+                first,
+                procstat::read(w.pid)?,
+                server.sample()?,
+                procstat::read(0)?,
+                procstat::machine_busy(),
+            ));
+        }
+        if let (Some((done_at, _)), Some((first, stat0, server0, own0, busy0))) = (w.line("done"), start) {
+            let stat = procstat::read(w.pid)
+                .context("the consumer exited before it could be sampled")?
+                .since(&stat0);
+            let server1 = server.sample()?;
+            let own = procstat::read(0)?.since(&own0).cpu();
+            let busy = procstat::machine_busy().saturating_sub(busy0);
+            let server_cpu = ServerCpu {
+                cpu: server1.cpu.saturating_sub(server0.cpu),
+                stat: server1.stat.zip(server0.stat).map(|(b, a)| b.since(&a)),
+            };
+            // The synthetic source's CPU is part of this process's.
+            let outside = match server {
+                ServerProbe::Source(_) => Duration::ZERO,
+                ServerProbe::Process(_) => server_cpu.cpu,
+            };
+            return Ok(Measured {
+                wall: done_at.saturating_duration_since(first),
+                bytes,
+                stat,
+                source_cpu: own,
+                others_cpu: busy
+                    .saturating_sub(stat.cpu())
+                    .saturating_sub(own)
+                    .saturating_sub(outside),
+                server: Some(server_cpu),
+            });
+        }
+        if exited_unreaped(w.child.id()) {
+            // Its last lines may still be on their way through the pipe.
+            std::thread::sleep(Duration::from_millis(200));
+            if w.line("done").is_none() {
+                bail!("consumer exited early; its log:\n{}", log_tail(&w.log));
+            }
+            continue;
+        }
+        if let ServerProbe::Process(pid) = server {
+            anyhow::ensure!(!exited_unreaped(*pid), "the server exited during the run");
+        }
+        if Instant::now() > deadline {
+            let _ = w.child.kill();
+            bail!("run timed out after {timeout:?}; consumer log:\n{}", log_tail(&w.log));
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// Checks a consumer's `done <value bytes> <records>` line against the dataset.
+fn check_consumed(done: &str, dataset: &Dataset) -> anyhow::Result<()> {
+    let mut fields = done.split_whitespace().skip(1).map(str::parse::<u64>);
+    let (Some(Ok(bytes)), Some(Ok(records))) = (fields.next(), fields.next()) else {
+        bail!("cannot read the consumer's {done:?}");
+    };
+    let want_records = dataset.total_records();
+    let want_bytes = want_records * dataset.spec.record_bytes as u64;
+    anyhow::ensure!(
+        (bytes, records) == (want_bytes, want_records),
+        "the consumer read {records} records, {bytes} value bytes; the dataset has {want_records}, {want_bytes}"
+    );
+    Ok(())
+}
+
+/// A port free on 127.0.0.1 right now (the agent needs one in its config).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until `addr` accepts connections, or the server exits.
+fn wait_listening(addr: &str, server: &Watched) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SERVER_START_TIMEOUT;
+    while std::net::TcpStream::connect(addr).is_err() {
+        anyhow::ensure!(
+            !exited_unreaped(server.child.id()),
+            "the server exited; its log:\n{}",
+            log_tail(&server.log)
+        );
+        anyhow::ensure!(Instant::now() < deadline, "{addr} did not accept connections");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Produces `dataset` into the mock at `bootstrap`, one batch per partition
+/// per request: the mock stores a request's records as one message set and
+/// counts only its first batch's records, so this keeps its offsets equal to
+/// the dataset's (checked against each response's base offset).
+fn produce_into(bootstrap: &str, dataset: &Dataset) -> anyhow::Result<()> {
+    use std::io::Read;
+
+    use bytes::BytesMut;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+
+    const VERSION: i16 = 8;
+    let addr = bootstrap.split(',').next().context("empty bootstrap list")?;
+    let mut stream = std::net::TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
+    stream.set_nodelay(true)?;
+    let rounds = dataset.partitions.iter().map(|p| p.batches.len()).max().unwrap_or(0);
+    let mut buf = BytesMut::new();
+    for round in 0..rounds {
+        let mut topic = TopicProduceData::default();
+        topic.name = TopicName(StrBytes::from_static_str(TOPIC));
+        for (p, part) in dataset.partitions.iter().enumerate() {
+            if let Some(b) = part.batches.get(round) {
+                topic.partition_data.push(
+                    PartitionProduceData::default()
+                        .with_index(p as i32)
+                        .with_records(Some(part.bytes.slice(b.pos..b.end_pos()))),
+                );
+            }
+        }
+        let request = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![topic]);
+        let correlation_id = round as i32;
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Produce as i16)
+            .with_request_api_version(VERSION)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("perf-mirror")));
+        buf.clear();
+        buf.extend_from_slice(&[0; 4]);
+        header.encode(&mut buf, ProduceRequest::header_version(VERSION))?;
+        request.encode(&mut buf, VERSION)?;
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        stream.write_all(&buf)?;
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len)?;
+        let mut frame = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+        stream.read_exact(&mut frame)?;
+        let mut frame = bytes::Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, ProduceResponse::header_version(VERSION))?;
+        anyhow::ensure!(header.correlation_id == correlation_id, "correlation id mismatch");
+        let response = ProduceResponse::decode(&mut frame, VERSION)?;
+        for p in response.responses.iter().flat_map(|t| &t.partition_responses) {
+            let want = dataset.partitions[p.index as usize].batches[round].base_offset;
+            anyhow::ensure!(
+                p.error_code == 0 && p.base_offset == want,
+                "mock partition {}: error {}, base offset {} (want {want})",
+                p.index,
+                p.error_code,
+                p.base_offset
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Whether `pid` has exited, without reaping it (its `/proc` entry stays readable).
@@ -1068,6 +1416,12 @@ struct Harness<'a> {
     work_dir: PathBuf,
     source_cpu: usize,
     perf_recorded: bool,
+    /// Serving scenarios: a data dir holding the dataset, mirrored once.
+    serve_data: Option<PathBuf>,
+    /// mock-consume: the dataset that fits the mock.
+    mock_dataset: Option<Arc<Dataset>>,
+    /// Where the consumer of the serving scenarios runs.
+    consumer_cpu: usize,
 }
 
 impl Harness<'_> {
@@ -1093,7 +1447,113 @@ impl Harness<'_> {
             .arg(a.fetch_max_bytes.to_string());
     }
 
+    /// The rdkafka consumer child reading all of `dataset` from `addr`.
+    fn rdkafka_command(&self, addr: &str, dataset: &Dataset, cpu: Option<usize>) -> Command {
+        let ends: Vec<String> = dataset.end_offsets().iter().map(i64::to_string).collect();
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("rdkafka")
+            .arg("--addr")
+            .arg(addr)
+            .arg("--ends")
+            .arg(ends.join(","));
+        if let Some(cpu) = cpu {
+            cmd.arg("--cpu").arg(cpu.to_string());
+        }
+        self.fetch_args(&mut cmd);
+        cmd
+    }
+
+    /// Runs the pinned consumer against a started server and checks what it read.
+    fn consume(&self, addr: &str, dataset: &Dataset, server: &ServerProbe, run_dir: &Path) -> anyhow::Result<Measured> {
+        let log = run_dir.join("consumer.log");
+        let mut w = spawn_watched(self.rdkafka_command(addr, dataset, Some(self.consumer_cpu)), &log)?;
+        let m = measure_consumer(
+            &mut w,
+            server,
+            dataset.total_bytes(),
+            Duration::from_secs(self.args.timeout_s),
+        );
+        let status = wait_exit(&mut w.child, Duration::from_secs(30))?;
+        let m = m?;
+        anyhow::ensure!(status.success(), "consumer failed: {}", log_tail(&log));
+        check_consumed(&w.line("done").expect("measured").1, dataset)?;
+        Ok(m)
+    }
+
+    fn run_consumer(&self, server: Server, run_dir: &Path) -> anyhow::Result<Measured> {
+        match server {
+            Server::Synthetic { mock_data } => {
+                let dataset = if mock_data {
+                    self.mock_dataset.as_ref().context("no mock dataset")?
+                } else {
+                    &self.dataset
+                };
+                let source = SyntheticSource::start(
+                    Arc::clone(dataset),
+                    SourceOptions {
+                        rate_bytes_per_s: None,
+                        cpu: Some(SERVER_CPU),
+                        // librdkafka uses message format v2 (Fetch v4+) only
+                        // with brokers that also offer Produce v3+: without a
+                        // sink topic the source offers no Produce and the
+                        // consumer never fetches.
+                        sink_topic: Some(SINK_TOPIC.into()),
+                        port: 0,
+                    },
+                )?;
+                let addr = source.addr().to_string();
+                let m = self.consume(&addr, dataset, &ServerProbe::Source(&source), run_dir);
+                source.stop();
+                m
+            }
+            Server::Agent { zero_copy } => {
+                let data_dir = self.serve_data.as_ref().context("no mirrored data to serve")?;
+                let addr = format!("127.0.0.1:{}", free_port()?);
+                // One shard: it is pinned to CPU 0 (SERVER_CPU), and every
+                // partition and the consumer's connection land on it.
+                let config = format!(
+                    "data_dir = {data_dir:?}\nshards = 1\n\n[listener]\naddress = {addr:?}\nzero_copy = {zero_copy}\n"
+                );
+                let config_path = run_dir.join("agent.toml");
+                std::fs::write(&config_path, config)?;
+                let mut cmd = Command::new(&self.ringmirror);
+                cmd.arg("run").arg("--config").arg(&config_path);
+                let agent_log = run_dir.join("agent.log");
+                let mut agent = spawn_watched(cmd, &agent_log)?;
+                let m = wait_listening(&addr, &agent)
+                    .and_then(|()| self.consume(&addr, &self.dataset, &ServerProbe::Process(agent.pid), run_dir));
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(agent.pid as i32, libc::SIGTERM) };
+                let status = wait_exit(&mut agent.child, Duration::from_secs(60))?;
+                let m = m.with_context(|| format!("agent log:\n{}", log_tail(&agent_log)))?;
+                anyhow::ensure!(status.success(), "agent failed ({status}): {}", log_tail(&agent_log));
+                Ok(m)
+            }
+            Server::Mock => {
+                let dataset = self.mock_dataset.as_ref().context("no mock dataset")?;
+                let mut cmd = Command::new(&self.exe);
+                cmd.arg("mock-cluster")
+                    .arg("--partitions")
+                    .arg(dataset.partitions.len().to_string())
+                    .arg("--cpu")
+                    .arg(SERVER_CPU.to_string());
+                let mut mock = spawn_watched(cmd, &run_dir.join("mock.log"))?;
+                let m = mock.wait_line("bootstrap ", SERVER_START_TIMEOUT).and_then(|line| {
+                    let bootstrap = line["bootstrap ".len()..].to_string();
+                    produce_into(&bootstrap, dataset).context("produce into the mock")?;
+                    self.consume(&bootstrap, dataset, &ServerProbe::Process(mock.pid), run_dir)
+                });
+                let _ = mock.child.kill();
+                let _ = mock.child.wait();
+                m
+            }
+        }
+    }
+
     fn run(&mut self, scenario: Scenario, run_dir: &Path) -> anyhow::Result<Measured> {
+        if let Scenario::Consume(server) = scenario {
+            return self.run_consumer(server, run_dir);
+        }
         let source = self.start_source()?;
         let addr = source.addr().to_string();
         let bytes = self.dataset.total_bytes();
@@ -1114,17 +1574,10 @@ impl Harness<'_> {
                 Ok(m)
             }
             Scenario::Rdkafka { produce } => {
-                let ends: Vec<String> = self.dataset.end_offsets().iter().map(i64::to_string).collect();
-                let mut cmd = Command::new(&self.exe);
-                cmd.arg("rdkafka")
-                    .arg("--addr")
-                    .arg(&addr)
-                    .arg("--ends")
-                    .arg(ends.join(","));
+                let mut cmd = self.rdkafka_command(&addr, &self.dataset, None);
                 if produce {
                     cmd.arg("--produce-to").arg(SINK_TOPIC);
                 }
-                self.fetch_args(&mut cmd);
                 let mut w = spawn_watched(cmd, &log)?;
                 let m = measure(&mut w, &source, DoneSignal::ChildSaysDone, bytes, timeout)?;
                 let status = wait_exit(&mut w.child, Duration::from_secs(30))?;
@@ -1206,6 +1659,7 @@ impl Harness<'_> {
                 verify_mirror(&data_dir, &self.dataset).context("mirrored data")?;
                 Ok(m)
             }
+            Scenario::Consume(_) => unreachable!("serving scenarios are run above"),
         }
     }
 }
@@ -1258,7 +1712,10 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
         .ringmirror
         .clone()
         .unwrap_or_else(|| exe.with_file_name("ringmirror"));
-    if scenarios.iter().any(|s| matches!(s, Scenario::Mirror { .. })) {
+    let serving = scenarios
+        .iter()
+        .any(|s| matches!(s, Scenario::Consume(Server::Agent { .. })));
+    if serving || scenarios.iter().any(|s| matches!(s, Scenario::Mirror { .. })) {
         anyhow::ensure!(
             ringmirror.exists(),
             "{} not found: cargo build --release -p ringmirror",
@@ -1267,14 +1724,17 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
     }
     let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let size = args.size_mb << 20;
+    // The serving scenarios keep one mirrored copy for the whole run.
+    let need = if serving { 3 } else { 2 } * size + (2 << 30);
     let free = free_bytes(&work_dir)?;
     anyhow::ensure!(
-        free > 2 * size + (2 << 30),
+        free > need,
         "{} has {} MiB free; need {} MiB",
         work_dir.display(),
         free >> 20,
-        (2 * size + (2 << 30)) >> 20
+        need >> 20
     );
+    let load_before = loadavg();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let source_cpu = args.source_cpu.unwrap_or(cpus - 1);
     let built = Instant::now();
@@ -1296,6 +1756,37 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
         dataset.total_records(),
         built.elapsed().as_secs_f64()
     );
+    let mock_dataset = scenarios
+        .iter()
+        .any(|s| {
+            matches!(
+                s,
+                Scenario::Consume(Server::Mock | Server::Synthetic { mock_data: true })
+            )
+        })
+        .then(|| {
+            Dataset::build(DatasetSpec {
+                topic: TOPIC.into(),
+                partitions: args.mock_partitions,
+                bytes_per_partition: args.mock_partition_kib << 10,
+                record_bytes: args.record_bytes,
+                records_per_batch: args.batch_records,
+                seed: 0x5eed,
+            })
+        })
+        .map(Arc::new);
+    if let Some(d) = &mock_dataset {
+        let largest = d.partitions.iter().map(|p| p.bytes.len() as u64).max().unwrap_or(0);
+        anyhow::ensure!(
+            largest <= MOCK_PARTITION_MAX_BYTES,
+            "the mock keeps at most {MOCK_PARTITION_MAX_BYTES} bytes per partition; {largest} asked (--mock-partition-kib)"
+        );
+        eprintln!(
+            "mock dataset: {} partitions, {:.1} MB",
+            args.mock_partitions,
+            d.total_bytes() as f64 / 1e6
+        );
+    }
     let root = tempdir_in(&work_dir, "ringmirror-perf")?;
     let mut harness = Harness {
         args,
@@ -1305,9 +1796,26 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
         work_dir: root.clone(),
         source_cpu,
         perf_recorded: false,
+        serve_data: None,
+        mock_dataset: mock_dataset.clone(),
+        consumer_cpu: cpus - 1,
     };
     let mut results: Vec<(Scenario, Vec<Measured>)> = scenarios.iter().map(|&s| (s, Vec::new())).collect();
     let outcome = (|| -> anyhow::Result<()> {
+        if serving {
+            let dir = harness.work_dir.join("serve-source");
+            std::fs::create_dir_all(&dir)?;
+            let m = harness
+                .run(Scenario::Mirror { shards: 1, copy: true }, &dir)
+                .context("mirror the dataset to serve")?;
+            // SAFETY: sync has no preconditions.
+            unsafe { libc::sync() };
+            eprintln!(
+                "mirrored the dataset to serve ({:.0} MB/s, verified byte-for-byte)",
+                m.mb_s()
+            );
+            harness.serve_data = Some(dir.join("data"));
+        }
         for repeat in 0..args.warmup + args.repeats {
             let warmup = repeat < args.warmup;
             for (scenario, runs) in results.iter_mut() {
@@ -1331,6 +1839,14 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                     m.source_cpu.as_secs_f64(),
                     m.others_cpu.as_secs_f64()
                 );
+                if let Some(server) = m.server {
+                    eprintln!(
+                        "  {:<18} server CPU {:.2} s ({:.3} s/GB); the CPU above is the consumer's",
+                        "",
+                        server.cpu.as_secs_f64(),
+                        m.server_cpu_s_per_gb().unwrap_or_default()
+                    );
+                }
                 if !warmup {
                     runs.push(m);
                 }
@@ -1345,8 +1861,33 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
     })();
     let _ = std::fs::remove_dir_all(&root);
     outcome?;
-    print_table(args, &dataset, &results);
+    let load_after = loadavg();
+    let (serving_results, others): (Vec<_>, Vec<_>) = results
+        .into_iter()
+        .partition(|(s, _)| matches!(s, Scenario::Consume(_)));
+    if !others.is_empty() {
+        print_table(args, &dataset, &others);
+    }
+    if !serving_results.is_empty() {
+        print_serving_table(
+            args,
+            &dataset,
+            mock_dataset.as_deref(),
+            &serving_results,
+            (&load_before, &load_after),
+        );
+    }
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages, from `/proc/loadavg`.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn tempdir_in(base: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
@@ -1447,6 +1988,111 @@ fn print_table(args: &Args, dataset: &Dataset, results: &[(Scenario, Vec<Measure
     ] {
         if let Some((throughput, cpu)) = ratio(a, b) {
             println!("- {a} / {b}: throughput {throughput:.2}, CPU per GB {cpu:.2}");
+        }
+    }
+}
+
+fn print_serving_table(
+    args: &Args,
+    dataset: &Dataset,
+    mock_dataset: Option<&Dataset>,
+    results: &[(Scenario, Vec<Measured>)],
+    (load_before, load_after): (&str, &str),
+) {
+    let shape = |d: &Dataset| {
+        format!(
+            "{:.0} MB, {} partitions",
+            d.total_bytes() as f64 / 1e6,
+            d.partitions.len()
+        )
+    };
+    println!();
+    println!(
+        "{}; serving: an rdkafka consumer pinned to CPU {} reads everything from a server pinned to CPU {SERVER_CPU}; \
+         {}-byte batches ({} × {} B records); medians of {} runs; consumer fetch.wait.max.ms {}, \
+         max.partition.fetch.bytes {}, fetch.max.bytes {}; load average {load_before} before, {load_after} after",
+        machine_line(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
+        dataset.batch_bytes(),
+        args.batch_records,
+        args.record_bytes,
+        args.repeats,
+        args.fetch_max_wait_ms,
+        args.fetch_partition_max_bytes,
+        args.fetch_max_bytes
+    );
+    println!();
+    println!(
+        "| scenario | MB/s | server CPU s/GB | server user s/GB | server sys s/GB | consumer CPU s/GB | others' CPU % | data | what |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
+    let mut medians = std::collections::BTreeMap::new();
+    for (scenario, runs) in results {
+        if runs.is_empty() {
+            continue;
+        }
+        let gb = |m: &Measured| m.bytes as f64 / 1e9;
+        let mb_s = median(runs.iter().map(Measured::mb_s).collect());
+        let server = median(runs.iter().filter_map(Measured::server_cpu_s_per_gb).collect());
+        let split = |f: fn(&ProcStat) -> Duration| {
+            let v: Vec<f64> = runs
+                .iter()
+                .filter_map(|m| m.server?.stat.map(|s| f(&s).as_secs_f64() / gb(m)))
+                .collect();
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.3}", median(v))
+            }
+        };
+        let consumer = median(runs.iter().map(Measured::cpu_s_per_gb).collect());
+        let others = median(
+            runs.iter()
+                .map(|m| 100.0 * m.others_cpu.as_secs_f64() / m.wall.as_secs_f64())
+                .collect(),
+        );
+        let data = match scenario {
+            Scenario::Consume(Server::Mock | Server::Synthetic { mock_data: true }) => {
+                mock_dataset.map_or_else(String::new, shape)
+            }
+            _ => shape(dataset),
+        };
+        println!(
+            "| {} | {:.0} | {:.3} | {} | {} | {:.3} | {:.0} | {} | {} |",
+            scenario.name(),
+            mb_s,
+            server,
+            split(|s| s.utime),
+            split(|s| s.stime),
+            consumer,
+            others,
+            data,
+            scenario.describe()
+        );
+        medians.insert(scenario.name(), (mb_s, server));
+    }
+    println!();
+    println!(
+        "The synthetic source's CPU is its connection threads' (no user/system split); the mock's is its helper process's."
+    );
+    for (a, b, note) in [
+        ("serve-zero-copy", "synthetic-consume", ""),
+        ("serve-copy", "synthetic-consume", ""),
+        ("serve-zero-copy", "serve-copy", ""),
+        ("mock-consume", "synthetic-consume-mockdata", ""),
+        (
+            "synthetic-consume-mockdata",
+            "synthetic-consume",
+            " (different datasets)",
+        ),
+        ("serve-zero-copy", "mock-consume", " (different datasets)"),
+    ] {
+        if let (Some(x), Some(y)) = (medians.get(a), medians.get(b)) {
+            println!(
+                "- {a} / {b}: throughput {:.2}, server CPU per GB {:.2}{note}",
+                x.0 / y.0,
+                x.1 / y.1
+            );
         }
     }
 }
