@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what ringmirror's tests need on a fresh Debian machine with the
 # Rust toolchain: a C toolchain for librdkafka (built from source by the
-# rdkafka crate), and the Python Kafka clients the interop tests drive.
+# rdkafka crate), kcat, and the Python Kafka clients the interop tests drive.
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
-apt_packages=(build-essential pkg-config zlib1g-dev python3)
+# kcat: the command-line client the serving tests read (and try to write) the
+# agent's listener with.
+apt_packages=(build-essential pkg-config zlib1g-dev python3 kcat)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -19,9 +21,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # kafka-python reads and writes record batches in the interop tests; lz4,
-# python-snappy and zstandard give it every compression codec.
-py_modules=(kafka lz4 snappy zstandard)
-py_packages=(kafka-python lz4 python-snappy zstandard)
+# python-snappy and zstandard give it every compression codec. confluent-kafka
+# (librdkafka from Python) is a second unchanged client of the agent's listener.
+py_modules=(kafka lz4 snappy zstandard confluent_kafka)
+py_packages=(kafka-python lz4 python-snappy zstandard confluent-kafka)
 if ! python3 -c "import $(IFS=,; echo "${py_modules[*]}")" 2>/dev/null; then
   echo "setup: installing Python packages: ${py_packages[*]}"
   python3 -m pip install --quiet --disable-pip-version-check "${py_packages[@]}"

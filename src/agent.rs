@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{ShardEvent, StopReason, shard_for};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
-use ringmirror_dataplane::serve::{CatalogHandle, ListenerSettings, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::serve::{CatalogHandle, ListenerSettings, ProducerIds, ServerIdentity, ShardLinks};
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
 use crate::config::{AgentConfig, ListenerConfig};
@@ -23,6 +23,9 @@ use crate::discovery::{Discovery, Placement};
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;
 /// glommio registers I/O memory on this many rings per executor.
 const IO_RINGS_PER_EXECUTOR: usize = 3;
+/// The agent's own state in the data directory (never served as a topic:
+/// its name is not a `<topic>-<partition>`).
+pub const AGENT_STATE_DIR: &str = "__ringmirror";
 /// How long `start` waits for the first discovery round before returning.
 const FIRST_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
 
@@ -56,12 +59,43 @@ pub struct Agent {
     /// Holds the listening port (bound with SO_REUSEPORT, never accepting)
     /// so that a port picked by the kernel stays ours while shards bind it.
     _port_reservation: Option<socket2::Socket>,
+    /// An exclusive lock on the data directory, held while running.
+    _data_dir_lock: std::fs::File,
+}
+
+/// Locks `<data_dir>/.lock` (as Kafka does) so that a second agent cannot
+/// open logs this one writes.
+fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("create {}", data_dir.display()))?;
+    let path = data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!(
+            "{} is in use by another process ({})",
+            data_dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(file)
 }
 
 /// Binds `addr` with SO_REUSEPORT without listening, to learn (and hold)
 /// the port when `addr` asks for any free one.
 fn reserve_port(addr: std::net::SocketAddr) -> anyhow::Result<(socket2::Socket, std::net::SocketAddr)> {
     use socket2::{Domain, Socket, Type};
+    // SO_REUSEPORT would let us share a port another process listens on
+    // (and split its clients with it): a plain bind first says whether the
+    // port is free.
+    if addr.port() != 0 {
+        std::net::TcpListener::bind(addr).with_context(|| format!("{addr} is in use"))?;
+    }
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_port(true)?;
     socket.set_reuse_address(true)?;
@@ -71,6 +105,38 @@ fn reserve_port(addr: std::net::SocketAddr) -> anyhow::Result<(socket2::Socket, 
         .as_socket()
         .context("listener address is not an IP address")?;
     Ok((socket, bound))
+}
+
+/// Group offsets live in one log per shard, placed by hashing the group id
+/// over the shard count: a different count would strand them. The count is
+/// kept in the agent's state directory and a change is refused, loudly.
+fn check_group_shard_count(data_dir: &std::path::Path, shards: usize) -> anyhow::Result<()> {
+    let dir = data_dir.join(AGENT_STATE_DIR);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let path = dir.join("group-shards");
+    let kept = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<usize>()
+                .with_context(|| format!("{}: not a shard count", path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
+    let has_group_logs = std::fs::read_dir(&dir)
+        .with_context(|| format!("list {}", dir.display()))?
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("group-offsets-"));
+    if let Some(kept) = kept.filter(|&k| k != shards && has_group_logs) {
+        bail!(
+            "the consumer group offsets in {} were written with {kept} shards; run with `shards = {kept}` (another shard count would strand them)",
+            dir.display()
+        );
+    }
+    if kept != Some(shards) {
+        std::fs::write(&path, format!("{shards}\n")).with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The cluster id clients see: configured, or kept in the data directory's
@@ -107,12 +173,13 @@ fn listener_settings(
         node_id: config.node_id,
         cluster_id: cluster_id(data_dir, config.cluster_id.as_deref())?,
         host,
-        port: bound.port(),
+        port: config.advertised_port.unwrap_or(bound.port()),
     };
     let settings = ListenerSettings {
         addr: bound,
         max_request_bytes: config.max_request_bytes,
         zero_copy: config.zero_copy,
+        connections_max_idle: Duration::from_millis(config.connections_max_idle_ms),
     };
     Ok((settings, identity, reservation))
 }
@@ -154,8 +221,10 @@ impl Agent {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_count = config.shards.unwrap_or(cores).max(1);
         let io_memory = io_memory_bytes(shard_count);
+        let data_dir_lock = lock_data_dir(&config.data_dir)?;
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
+        check_group_shard_count(&config.data_dir, shard_count)?;
         let listener = config
             .listener
             .as_ref()
@@ -168,17 +237,19 @@ impl Agent {
                 (None, ServerIdentity::default(), None)
             }
         };
-        let listener_addr = listener_settings
-            .as_ref()
-            .map(|s| std::net::SocketAddr::new(s.addr.ip(), identity.port));
+        let listener_addr = listener_settings.as_ref().map(|s| s.addr);
         let catalog = CatalogHandle::new(identity);
         let (links, link_ends) = ShardLinks::new(shard_count);
+        let producer_ids = Arc::new(
+            ProducerIds::open(config.data_dir.join(AGENT_STATE_DIR)).context("open the producer id allocator")?,
+        );
         let log_dir = Arc::new(log_dir);
         let on_disk = log_dir
             .partitions_on_disk()
             .context("list partitions in the data dir")?;
         let (events_tx, events_rx) = async_channel::bounded::<ShardEvent>(4096);
         let mut shards = Vec::with_capacity(shard_count);
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         for (index, end) in link_ends.into_iter().enumerate() {
             let plan = ShardPlan {
                 index,
@@ -188,19 +259,39 @@ impl Agent {
                 listener: listener_settings.clone(),
             };
             let serving = ShardServing {
+                ready: ready_tx.clone(),
                 catalog: Arc::clone(&catalog),
+                producer_ids: Arc::clone(&producer_ids),
                 links: Arc::clone(&links),
                 end,
             };
             shards.push(spawn_shard(plan, Arc::clone(&log_dir), events_tx.clone(), serving).context("start shard")?);
         }
         drop(events_tx);
-        // What is on disk is served from the start, source reachable or not.
+        drop(ready_tx);
+        for _ in 0..shard_count {
+            match ready.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => bail!("{e}"),
+                Err(_) => bail!("a shard ended during start-up"),
+            }
+        }
+        // What is on disk is served from the start, source reachable or not
+        // (opened, and recovered if need be, before start returns).
         for tp in on_disk {
             let shard = shard_for(&tp, shard_count);
             shards[shard]
                 .send(ShardCommand::ServePartition { tp })
                 .map_err(anyhow::Error::msg)?;
+        }
+        let (opened_tx, opened) = std::sync::mpsc::channel();
+        for shard in &shards {
+            shard
+                .send(ShardCommand::Barrier(opened_tx.clone()))
+                .map_err(anyhow::Error::msg)?;
+        }
+        for _ in 0..shard_count {
+            opened.recv().context("a shard ended during start-up")?;
         }
         if let Some(addr) = listener_addr {
             tracing::info!(%addr, "serving Kafka clients");
@@ -252,6 +343,7 @@ impl Agent {
             events_thread,
             listener_addr,
             _port_reservation: reservation,
+            _data_dir_lock: data_dir_lock,
         })
     }
 
@@ -424,5 +516,22 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
         ShardEvent::CommandFailed { mirror, tp, error } => {
             tracing::error!(mirror, %tp, error, "command failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_shard_count_is_refused_only_when_group_offsets_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        check_group_shard_count(dir.path(), 2).unwrap();
+        // No group offsets yet: any count may follow.
+        check_group_shard_count(dir.path(), 3).unwrap();
+        std::fs::create_dir(dir.path().join(AGENT_STATE_DIR).join("group-offsets-0")).unwrap();
+        check_group_shard_count(dir.path(), 3).unwrap();
+        let refused = check_group_shard_count(dir.path(), 2).unwrap_err().to_string();
+        assert!(refused.contains("shards = 3"), "{refused}");
     }
 }

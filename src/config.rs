@@ -56,6 +56,10 @@ pub struct ListenerConfig {
     /// (127.0.0.1 when bound to all interfaces).
     #[serde(default)]
     pub advertised_host: Option<String>,
+    /// Port clients are told to connect to (behind a proxy or NAT);
+    /// default: the bound port.
+    #[serde(default)]
+    pub advertised_port: Option<u16>,
     /// This agent's broker id in Metadata answers.
     #[serde(default, alias = "broker_id")]
     pub node_id: i32,
@@ -69,6 +73,13 @@ pub struct ListenerConfig {
     /// Send records with sendfile (no copy) rather than through a buffer.
     #[serde(default = "default_true")]
     pub zero_copy: bool,
+    /// Close a connection that sends nothing for this long.
+    #[serde(default = "default_connections_max_idle_ms")]
+    pub connections_max_idle_ms: u64,
+}
+
+fn default_connections_max_idle_ms() -> u64 {
+    ringmirror_dataplane::serve::CONNECTIONS_MAX_IDLE_DEFAULT.as_millis() as u64
 }
 
 fn default_max_request_bytes() -> usize {

@@ -4,4 +4,5 @@
 
 pub mod agent;
 pub mod config;
+pub mod demo;
 pub mod discovery;

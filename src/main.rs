@@ -1,9 +1,11 @@
 //! The `ringmirror` command: CLI entry point and wiring.
 //!
-//! Subcommands: `run` (the mirroring agent), `selfcheck` (the embedded
-//! default: writes a partition log, kills the writer mid-append, recovers
-//! and verifies) and `dump-log` (prints a segment file's batches, like
-//! Kafka's `kafka-dump-log.sh`).
+//! Subcommands: `run` (the mirroring agent), `demo` (generates a source,
+//! serves it with one agent, mirrors it with another and verifies the
+//! mirror byte for byte), `selfcheck` (the embedded default: writes a
+//! partition log, kills the writer mid-append, recovers and verifies) and
+//! `dump-log` (prints a segment file's batches, like Kafka's
+//! `kafka-dump-log.sh`).
 
 mod dump_log;
 mod selfcheck;
@@ -12,6 +14,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ringmirror_dataplane::lazy_alloc::LazyHugeAlloc;
+
+/// Client requests can claim billions of array elements in a few bytes and
+/// the protocol decoders reserve that much up front; served lazily, such a
+/// reservation costs address space instead of aborting the agent.
+#[global_allocator]
+static ALLOCATOR: LazyHugeAlloc = LazyHugeAlloc;
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +40,20 @@ enum Command {
         /// The agent's TOML configuration.
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Generate a source data dir, serve it with one agent and mirror it
+    /// with another (both in this process), then verify the mirror byte for
+    /// byte, offset for offset.
+    Demo {
+        /// Where to put `source/` and `mirror/` (a fresh temporary directory by default; kept when given).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// How much the source holds: bytes, or with a suffix such as 64MiB or 1GiB.
+        #[arg(long, default_value = "512MiB", value_parser = ringmirror::demo::parse_size)]
+        size: u64,
+        /// Keep both agents serving after verification, until SIGINT/SIGTERM.
+        #[arg(long)]
+        keep_running: bool,
     },
     /// Write a partition log in a child process, SIGKILL it mid-append,
     /// tear the tail, recover, and verify every acknowledged batch.
@@ -86,15 +109,26 @@ fn run(config_path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo draws progress bars on stderr and reports on stdout: only
+    // warnings should come between.
+    let default_filter = match cli.command {
+        Command::Demo { .. } => "warn",
+        _ => "warn,ringmirror=info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,ringmirror=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => run(&config),
+        Command::Demo {
+            data_dir,
+            size,
+            keep_running,
+        } => ringmirror::demo::run(data_dir, size, keep_running),
         Command::Selfcheck {
             child_writer: Some(dir),
             size_mb,

@@ -10,15 +10,14 @@ mod common;
 #[path = "../examples/mock_source.rs"]
 mod mock_source;
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
-use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::log::TopicPartition;
 
 const TOPIC: &str = "sessions";
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -68,16 +67,7 @@ fn answered(r: &FetchResponse) -> Vec<(i32, usize)> {
 
 fn wait_mirrored(agent: &Agent, source: &str) -> [i64; 2] {
     let ends = [0, 1].map(|p| common::source_high_watermark(source, TOPIC, p, DEADLINE));
-    let started = Instant::now();
-    while !(0..2).all(|p| {
-        agent
-            .status()
-            .get(&("dr".to_string(), TopicPartition::new(TOPIC, p)))
-            .is_some_and(|s| s.log_end_offset >= ends[p as usize])
-    }) {
-        assert!(started.elapsed() < DEADLINE, "mirroring timed out");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_mirrored(agent, TOPIC, &BTreeMap::from([(0, ends[0]), (1, ends[1])]), DEADLINE);
     ends
 }
 
@@ -88,21 +78,7 @@ fn sessions_send_only_what_changed() {
     let source = cluster.bootstrap_servers();
     mock_source::produce(&source, TOPIC, 2, 200, "lz4", 0).expect("produce");
     let dir = tempfile::tempdir().unwrap();
-    let config = AgentConfig::parse(&format!(
-        r#"
-        data_dir = {:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        [[mirror]]
-        name = "dr"
-        bootstrap_servers = [{source:?}]
-        topics = [{TOPIC:?}]
-        fetch_max_wait_ms = 50
-        "#,
-        dir.path()
-    ))
-    .unwrap();
+    let config = common::serving_mirror_config(dir.path(), &source, &[TOPIC], "");
     let agent = Agent::start(config).expect("agent");
     let ends = wait_mirrored(&agent, &source);
     let addr = agent.listener_addr().unwrap().to_string();

@@ -12,7 +12,6 @@ mod common;
 mod mock_source;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -20,8 +19,6 @@ use rdkafka::message::Headers;
 use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
-use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::log::TopicPartition;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -81,44 +78,6 @@ fn consume(bootstrap: &str, topic: &str, ends: &BTreeMap<i32, i64>, isolation: &
     out
 }
 
-fn config(data_dir: &Path, bootstrap: &str, topic: &str) -> AgentConfig {
-    AgentConfig::parse(&format!(
-        r#"
-        data_dir = {data_dir:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        [log]
-        segment_bytes = 65536
-        [[mirror]]
-        name = "dr"
-        bootstrap_servers = [{bootstrap:?}]
-        topics = [{topic:?}]
-        fetch_max_wait_ms = 100
-        fetch_partition_max_bytes = 32768
-        metadata_refresh_interval_ms = 1000
-        "#
-    ))
-    .expect("config")
-}
-
-fn wait_mirrored(agent: &Agent, topic: &str, ends: &BTreeMap<i32, i64>) {
-    let started = Instant::now();
-    while !ends.iter().all(|(&p, &end)| {
-        agent
-            .status()
-            .get(&("dr".to_string(), TopicPartition::new(topic, p)))
-            .is_some_and(|s| s.log_end_offset >= end)
-    }) {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "mirroring timed out: {:?}",
-            agent.status()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn librdkafka_reads_the_mirror_as_it_reads_the_source() {
     let cluster = MockCluster::new(3).expect("mock cluster");
@@ -129,9 +88,9 @@ fn librdkafka_reads_the_mirror_as_it_reads_the_source() {
         .map(|p| (p, common::source_high_watermark(&source, "orders", p, DEADLINE)))
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(config(dir.path(), &source, "orders")).expect("agent");
+    let agent = Agent::start(common::serving_mirror_config(dir.path(), &source, &["orders"], "")).expect("agent");
     let mirror = agent.listener_addr().expect("listening").to_string();
-    wait_mirrored(&agent, "orders", &ends);
+    common::wait_mirrored(&agent, "orders", &ends, DEADLINE);
 
     let from_source = consume(&source, "orders", &ends, "read_uncommitted");
     let from_mirror = consume(&mirror, "orders", &ends, "read_uncommitted");

@@ -5,6 +5,7 @@
 //! * [`log`] is the partition log in Kafka's on-disk format: segments,
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`serve`] is the Kafka-protocol listener clients read the logs through.
+//! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
 //!
 //! This crate never imports the control plane; the control plane drives it
 //! through the types exported here.
@@ -12,6 +13,7 @@
 pub mod batch;
 pub mod client;
 pub mod fetch;
+pub mod lazy_alloc;
 pub mod log;
 pub mod serve;
 pub mod shard;

@@ -240,16 +240,8 @@ pub fn recs_from_json_batches(batches: &[Value]) -> Vec<Rec> {
 
 /// Opens (creating) the partition log at `dir` with `config`.
 pub fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
-    let (log, _report) = PartitionLog::open(OpenOptions {
-        dir: dir.to_owned(),
-        topic_id: None,
-        config,
-        recovery_point: 0,
-        log_start_offset: 0,
-        clean_shutdown: false,
-        now_ms: 0,
-    })
-    .unwrap_or_else(|e| panic!("open log {}: {e}", dir.display()));
+    let (log, _report) =
+        PartitionLog::open(OpenOptions::new(dir, config)).unwrap_or_else(|e| panic!("open log {}: {e}", dir.display()));
     log
 }
 
@@ -955,4 +947,54 @@ pub fn source_offsets(bootstrap: &str, topic: &str, partition: i32, timeout: Dur
 /// The source's high watermark of `topic`-`partition` (see [`source_offsets`]).
 pub fn source_high_watermark(bootstrap: &str, topic: &str, partition: i32, timeout: Duration) -> i64 {
     source_offsets(bootstrap, topic, partition, timeout).1
+}
+
+/// Config of an agent serving on a free loopback port (2 shards, small
+/// segments) that mirrors `topics` from `source` as mirror "dr" with quick
+/// fetch settings; `extra` is TOML appended to the `[listener]` table.
+pub fn serving_mirror_config(
+    data_dir: &Path,
+    source: &str,
+    topics: &[&str],
+    extra: &str,
+) -> ringmirror::config::AgentConfig {
+    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    ringmirror::config::AgentConfig::parse(&format!(
+        r#"
+        data_dir = {data_dir:?}
+        shards = 2
+        [listener]
+        address = "127.0.0.1:0"
+        {extra}
+        [log]
+        segment_bytes = 65536
+        [[mirror]]
+        name = "dr"
+        bootstrap_servers = [{source:?}]
+        topics = [{topics}]
+        fetch_max_wait_ms = 50
+        fetch_partition_max_bytes = 32768
+        metadata_refresh_interval_ms = 1000
+        "#
+    ))
+    .expect("agent config")
+}
+
+/// Waits (bounded by `deadline`) until mirror "dr" of `topic` has reached
+/// each partition's end offset in `ends`.
+pub fn wait_mirrored(agent: &ringmirror::agent::Agent, topic: &str, ends: &BTreeMap<i32, i64>, deadline: Duration) {
+    let started = Instant::now();
+    while !ends.iter().all(|(&p, &end)| {
+        agent
+            .status()
+            .get(&("dr".to_string(), TopicPartition::new(topic, p)))
+            .is_some_and(|s| s.log_end_offset >= end)
+    }) {
+        assert!(
+            started.elapsed() < deadline,
+            "mirroring {topic} timed out: {:?}",
+            agent.status()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

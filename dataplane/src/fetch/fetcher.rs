@@ -556,12 +556,13 @@ impl Fetcher {
             }
             IngestMode::AlignedCopy => c.read_exact_into(scratch.get_mut(len)).await?,
         }
-        let (log_end, max_batch_bytes, last_epoch) = {
+        let (log_end, max_batch_bytes, last_epoch, empty) = {
             let log = p.log();
             (
                 log.log_end_offset(),
                 log.config().max_batch_bytes,
                 log.epoch_cache().latest().map(|e| e.epoch),
+                log.log_start_offset() == log.log_end_offset(),
             )
         };
         let in_place = self.settings.ingest == IngestMode::Mmap;
@@ -571,47 +572,59 @@ impl Fetcher {
             None => scratch.get_mut(len),
         };
         // A batch may start below the fetch offset: drop whole batches
-        // below it; one that straddles it on an empty log moves our start.
+        // below it. One that straddles it (the source's log start inside a
+        // batch) starts an empty log at its base; on a non-empty log it
+        // means the logs may have diverged.
         let (skip, straddling_base) = leading_batches_below(received, log_end, max_batch_bytes);
-        let range = validate_batches(
-            &received[skip..len],
-            &Validation {
-                next_offset: log_end,
-                max_batch_bytes,
-                fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
-                last_epoch,
-            },
-        );
-        if skip > 0 && in_place && straddling_base.is_none() {
-            received.copy_within(skip..skip + range.valid_bytes, 0);
-        }
-        let committed = straddling_base.is_none().then(|| match &mut mmap_log {
-            Some(log) => log.commit_tail(range.valid_bytes, len, now).map(drop),
-            None => p
-                .log_mut()
-                .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
-                .map(drop),
-        });
-        if straddling_base.is_some()
-            && let Some(log) = &mut mmap_log
-        {
-            log.commit_tail(0, len, now).ok();
-        }
-        drop(mmap_log);
-        if let Some(base) = straddling_base {
-            if p.log().log_start_offset() == log_end {
-                tracing::info!(partition = %p.key, from = log_end, to = base, "first batch starts below the fetch offset; starting the log at its base");
-                let result = p.log_mut().truncate_fully_and_start_at(base);
-                if let Err(e) = result {
-                    self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+        let validation = |next_offset| Validation {
+            next_offset,
+            max_batch_bytes,
+            fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
+            last_epoch,
+        };
+        let (range, committed) = match straddling_base {
+            None => {
+                let range = validate_batches(&received[skip..len], &validation(log_end));
+                if skip > 0 && in_place {
+                    received.copy_within(skip..skip + range.valid_bytes, 0);
                 }
-            } else {
+                let committed = match &mut mmap_log {
+                    Some(log) => log.commit_tail(range.valid_bytes, len, now).map(drop),
+                    None => p
+                        .log_mut()
+                        .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
+                        .map(drop),
+                };
+                drop(mmap_log);
+                (range, committed)
+            }
+            Some(base) if empty => {
+                // Rare: the bytes move out of the tail before the log restarts.
+                let batches = received[skip..len].to_vec();
+                if let Some(log) = &mut mmap_log {
+                    log.commit_tail(0, len, now).ok();
+                }
+                drop(mmap_log);
+                tracing::info!(partition = %p.key, from = log_end, to = base, "first batch starts below the fetch offset; starting the log at its base");
+                let range = validate_batches(&batches, &validation(base));
+                let mut log = p.log_mut();
+                let committed = log
+                    .truncate_fully_and_start_at(base)
+                    .and_then(|()| log.append(&batches[..range.valid_bytes], now))
+                    .map(drop);
+                (range, committed)
+            }
+            Some(base) => {
+                if let Some(log) = &mut mmap_log {
+                    log.commit_tail(0, len, now).ok();
+                }
+                drop(mmap_log);
                 tracing::warn!(partition = %p.key, base, log_end, "batch straddles our log end; checking for divergence");
                 p.needs_truncation_check = true;
+                return Ok(());
             }
-            return Ok(());
-        }
-        if let Some(Err(e)) = committed {
+        };
+        if let Err(e) = committed {
             self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
             return Ok(());
         }

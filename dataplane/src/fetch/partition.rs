@@ -29,12 +29,16 @@ impl PartitionKey {
 /// depend on the standard library's randomized hasher, and can be computed
 /// from a partition directory found on disk (which records no mirror name).
 pub fn shard_for(tp: &TopicPartition, shards: usize) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in tp.topic.as_bytes().iter().chain(&tp.partition.to_be_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    (h % shards.max(1) as u64) as usize
+    let bytes = tp.topic.bytes().chain(tp.partition.to_be_bytes());
+    (stable_hash(bytes) % shards.max(1) as u64) as usize
+}
+
+/// 64-bit FNV-1a: the same on every run and every build, for placements
+/// that must survive restarts.
+pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl fmt::Display for PartitionKey {

@@ -21,6 +21,7 @@ mod files;
 mod index;
 mod log_dir;
 mod partition_log;
+mod produce;
 mod producer_state;
 mod segment;
 mod txn_index;
@@ -30,5 +31,6 @@ pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_E
 pub use error::LogError;
 pub use log_dir::{LogDir, OffsetCheckpoints, TopicPartition};
 pub use partition_log::{AppendInfo, OpenOptions, PartitionLog, ReadSlice, RecoveryReport, TimestampOffset};
+pub use produce::{ProduceError, Produced};
 pub use producer_state::{ProducerEntry, ProducerState};
 pub use txn_index::AbortedTxn;

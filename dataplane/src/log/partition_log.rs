@@ -48,6 +48,22 @@ pub struct OpenOptions {
     pub now_ms: u64,
 }
 
+impl OpenOptions {
+    /// A log at `dir` with no checkpoints: no topic id, recovery from the
+    /// start if it holds anything.
+    pub fn new(dir: impl Into<PathBuf>, config: LogConfig) -> Self {
+        Self {
+            dir: dir.into(),
+            topic_id: None,
+            config,
+            recovery_point: 0,
+            log_start_offset: 0,
+            clean_shutdown: false,
+            now_ms: 0,
+        }
+    }
+}
+
 /// What opening the log found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {

@@ -9,7 +9,7 @@
 //! i16, last sequence i32, last offset i64, offset delta i32, timestamp i64,
 //! coordinator epoch i32, current txn first offset i64 or -1).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 
 use crate::batch::{ControlRecord, ControlType, NO_PRODUCER_ID, RecordBatch};
@@ -44,6 +44,7 @@ pub(crate) struct BatchFacts {
     pub max_timestamp: i64,
     pub producer_id: i64,
     pub producer_epoch: i16,
+    pub base_sequence: i32,
     pub last_sequence: i32,
     pub last_offset_delta: i32,
     pub transactional: bool,
@@ -69,6 +70,7 @@ impl BatchFacts {
             max_timestamp: batch.max_timestamp(),
             producer_id: batch.producer_id(),
             producer_epoch: batch.producer_epoch(),
+            base_sequence: batch.base_sequence(),
             last_sequence: batch.last_sequence(),
             last_offset_delta: batch.last_offset_delta(),
             transactional: batch.is_transactional(),
@@ -77,11 +79,22 @@ impl BatchFacts {
     }
 }
 
+/// How many of a producer's latest batches are remembered to recognise a
+/// retried one (Kafka's producers keep at most 5 requests in flight).
+pub const RECENT_BATCHES_PER_PRODUCER: usize = 5;
+
+/// A producer's recently appended batch: (base sequence, last sequence,
+/// base offset).
+pub type RecentBatch = (i32, i32, i64);
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ProducerState {
     producers: HashMap<i64, ProducerEntry>,
     /// Ongoing transactions: first offset → producer id.
     ongoing: BTreeMap<i64, i64>,
+    /// Each producer's latest batches, oldest first (memory only: after a
+    /// restart from a snapshot only the last batch is known, as in Kafka).
+    recent: HashMap<i64, VecDeque<RecentBatch>>,
 }
 
 impl ProducerState {
@@ -106,6 +119,27 @@ impl ProducerState {
     pub(crate) fn clear(&mut self) {
         self.producers.clear();
         self.ongoing.clear();
+        self.recent.clear();
+    }
+
+    /// The producer's remembered batch with exactly these sequences, if any
+    /// (a retry of a batch already appended).
+    pub fn duplicate_of(&self, producer_id: i64, base_sequence: i32, last_sequence: i32) -> Option<RecentBatch> {
+        let known = |&(first, last, _): &RecentBatch| first == base_sequence && last == last_sequence;
+        if let Some(found) = self
+            .recent
+            .get(&producer_id)
+            .and_then(|r| r.iter().copied().find(known))
+        {
+            return Some(found);
+        }
+        let e = self.producers.get(&producer_id)?;
+        let last_batch = (
+            e.last_sequence.wrapping_sub(e.offset_delta),
+            e.last_sequence,
+            e.last_offset - i64::from(e.offset_delta),
+        );
+        known(&last_batch).then_some(last_batch)
     }
 
     /// Applies one batch. Returns the aborted transaction that an ABORT
@@ -151,6 +185,11 @@ impl ProducerState {
                 entry.last_sequence = b.last_sequence;
                 entry.last_offset = b.last_offset;
                 entry.offset_delta = b.last_offset_delta;
+                let recent = self.recent.entry(b.producer_id).or_default();
+                if recent.len() == RECENT_BATCHES_PER_PRODUCER {
+                    recent.pop_front();
+                }
+                recent.push_back((b.base_sequence, b.last_sequence, b.base_offset));
                 if b.transactional && entry.current_txn_first_offset.is_none() {
                     entry.current_txn_first_offset = Some(b.base_offset);
                     self.ongoing.insert(b.base_offset, b.producer_id);
@@ -271,6 +310,7 @@ mod tests {
             max_timestamp: 0,
             producer_id: pid,
             producer_epoch: 0,
+            base_sequence: 0,
             last_sequence: (last - base) as i32,
             last_offset_delta: (last - base) as i32,
             transactional: txn,
@@ -310,7 +350,8 @@ mod tests {
         s.apply(&facts(0, 4, 1, true, None));
         s.apply(&facts(5, 9, 2, false, None));
         let decoded = ProducerState::decode_snapshot(&s.encode_snapshot()).unwrap();
-        assert_eq!(decoded, s);
+        // Snapshots keep each producer's last batch, not the recent ones.
+        assert_eq!((&decoded.producers, &decoded.ongoing), (&s.producers, &s.ongoing));
         let mut corrupt = s.encode_snapshot();
         let last = corrupt.len() - 1;
         corrupt[last] ^= 1;

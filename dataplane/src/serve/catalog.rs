@@ -6,7 +6,7 @@
 //! generation counter says the catalog changed, so serving requests never
 //! contends on a lock shared between shards.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -134,10 +134,16 @@ pub fn derived_topic_id(topic: &str) -> [u8; 16] {
 /// without padding (22 characters).
 pub fn random_cluster_id() -> std::io::Result<String> {
     use base64::Engine;
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let bytes: [u8; 16] = random_bytes()?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Random bytes from the kernel.
+pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    use std::io::Read;
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The catalog shared by every shard.
@@ -145,6 +151,8 @@ pub fn random_cluster_id() -> std::io::Result<String> {
 pub struct CatalogHandle {
     current: Mutex<Arc<Catalog>>,
     generation: AtomicU64,
+    /// Topics being created right now (so two creates cannot race).
+    creating: Mutex<HashSet<String>>,
 }
 
 impl CatalogHandle {
@@ -152,7 +160,22 @@ impl CatalogHandle {
         Arc::new(Self {
             current: Mutex::new(Arc::new(Catalog::new(identity))),
             generation: AtomicU64::new(1),
+            creating: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Claims `topic` for creation: false if it exists or is being created.
+    pub fn try_reserve_topic(&self, topic: &str) -> bool {
+        let mut creating = self.creating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.snapshot().topic(topic).is_none() && creating.insert(topic.to_owned())
+    }
+
+    /// Ends a creation claimed with [`CatalogHandle::try_reserve_topic`].
+    pub fn release_topic(&self, topic: &str) {
+        self.creating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(topic);
     }
 
     /// Changes the catalog (copy on write: readers keep their snapshot).

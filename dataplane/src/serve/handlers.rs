@@ -1,8 +1,8 @@
 //! Answers to every request except Fetch (see `fetch.rs`): ApiVersions,
 //! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster,
-//! DescribeConfigs, DescribeAcls, and Produce — refused on mirror topics
-//! with READ_ONLY_TOPIC. Partition facts come from the owning shard's log
-//! through [`ShardAccess::query`].
+//! DescribeConfigs, DescribeAcls; Produce, CreateTopics and InitProducerId
+//! are in `write.rs`. Partition facts come from the owning shard's log
+//! through `ShardAccess::query`.
 
 use std::sync::Arc;
 
@@ -14,12 +14,11 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeAclsRequest, DescribeAclsResponse,
     DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+    OffsetForLeaderEpochResponse, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -29,6 +28,7 @@ use super::fetch;
 use super::listener::ClientConnection;
 use super::registry::{PartitionFn, ServedPartition};
 use super::request::{Request, SUPPORTED_APIS};
+use super::write;
 use crate::client::error_codes as ec;
 use crate::log::{PartitionLog, TopicPartition};
 
@@ -57,7 +57,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         }
         Request::Fetch(r) => fetch::handle_fetch(conn, version, id, r).await,
         Request::ListOffsets(r) => {
-            let body = list_offsets(conn, r).await;
+            let body = list_offsets(conn, version, r).await;
             conn.respond(ApiKey::ListOffsets, version, id, &body).await
         }
         Request::OffsetForLeaderEpoch(r) => {
@@ -78,13 +78,26 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         }
         Request::Produce(r) => {
             let acks = r.acks;
-            let body = produce(&conn.catalog.get(), r);
+            if !matches!(acks, -1..=1) {
+                let body = write::refuse_produce(&r, version, ec::INVALID_REQUIRED_ACKS);
+                return conn.respond(ApiKey::Produce, version, id, &body).await;
+            }
+            let body = write::produce(conn, version, r).await;
             // acks=0: the client expects no response at all.
             if acks == 0 {
                 return Ok(());
             }
             conn.respond(ApiKey::Produce, version, id, &body).await
         }
+        Request::CreateTopics(r) => {
+            let body = write::create_topics(conn, version, r).await;
+            conn.respond(ApiKey::CreateTopics, version, id, &body).await
+        }
+        Request::InitProducerId(r) => {
+            let body = write::init_producer_id(conn, &r);
+            conn.respond(ApiKey::InitProducerId, version, id, &body).await
+        }
+        Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
     }
 }
 
@@ -174,7 +187,7 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
                 return MetadataResponseTopic::default()
                     .with_error_code(code)
                     .with_name(name.map(|n| TopicName(str(&n))))
-                    .with_topic_id(Uuid::from_bytes(id.unwrap_or_default()))
+                    .with_topic_id(Uuid::from_bytes(id.filter(|_| version >= 10).unwrap_or_default()))
                     .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
             };
             let partitions = entry
@@ -190,19 +203,18 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
                         })
                         .with_partition_index(partition)
                         .with_leader_id(BrokerId(node))
-                        .with_leader_epoch(epoch.unwrap_or(-1))
+                        .with_leader_epoch(epoch.filter(|_| version >= 7).unwrap_or(-1))
                         .with_replica_nodes(vec![BrokerId(node)])
                         .with_isr_nodes(vec![BrokerId(node)])
                 })
                 .collect();
             MetadataResponseTopic::default()
                 .with_name(Some(TopicName(str(&entry.name))))
-                .with_topic_id(Uuid::from_bytes(entry.id))
+                .with_topic_id(Uuid::from_bytes(if version >= 10 { entry.id } else { [0; 16] }))
                 .with_partitions(partitions)
                 .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
         })
         .collect();
-    let _ = version;
     MetadataResponse::default()
         .with_brokers(vec![broker(&catalog)])
         .with_cluster_id(Some(str(&catalog.identity.cluster_id)))
@@ -310,7 +322,7 @@ where
         .collect()
 }
 
-async fn list_offsets(conn: &mut ClientConnection, request: ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(conn: &mut ClientConnection, version: i16, request: ListOffsetsRequest) -> ListOffsetsResponse {
     let isolation_level = request.isolation_level;
     let answers = per_partition(
         conn,
@@ -332,7 +344,8 @@ async fn list_offsets(conn: &mut ClientConnection, request: ListOffsetsRequest) 
                 .with_error_code(code)
                 .with_timestamp(timestamp)
                 .with_offset(offset)
-                .with_leader_epoch(epoch)
+                // Responses carry the epoch from v4 on.
+                .with_leader_epoch(if version >= 4 { epoch } else { -1 })
         },
     )
     .await;
@@ -497,40 +510,4 @@ async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsR
 /// answer is an empty list, not an error, so tools that list ACLs work.
 fn describe_acls(_request: &DescribeAclsRequest) -> DescribeAclsResponse {
     DescribeAclsResponse::default()
-}
-
-/// Produce: mirror topics are read-only (READ_ONLY_TOPIC on every
-/// partition, error code 134); nothing is written.
-fn produce(catalog: &Catalog, request: ProduceRequest) -> ProduceResponse {
-    let responses = request
-        .topic_data
-        .iter()
-        .map(|t| {
-            // Every served topic holds mirrored data (local, writable topics
-            // come with the write path), so every known topic is read-only.
-            let code = match catalog.topic(&t.name.0) {
-                Some(_) => ec::READ_ONLY_TOPIC,
-                None => ec::UNKNOWN_TOPIC_OR_PARTITION,
-            };
-            if code == ec::READ_ONLY_TOPIC {
-                tracing::debug!(topic = %&*t.name.0, "produce to a read-only topic refused");
-            }
-            let partitions = t
-                .partition_data
-                .iter()
-                .map(|p| {
-                    PartitionProduceResponse::default()
-                        .with_index(p.index)
-                        .with_error_code(code)
-                        .with_base_offset(-1)
-                        .with_log_append_time_ms(-1)
-                        .with_log_start_offset(-1)
-                })
-                .collect();
-            TopicProduceResponse::default()
-                .with_name(t.name.clone())
-                .with_partition_responses(partitions)
-        })
-        .collect();
-    ProduceResponse::default().with_responses(responses)
 }

@@ -27,6 +27,8 @@ use crate::wire::EncodedFetchResponse;
 
 /// Kafka's `socket.request.max.bytes` default.
 pub const MAX_REQUEST_BYTES_DEFAULT: usize = 100 * 1024 * 1024;
+/// Kafka's `connections.max.idle.ms` default.
+pub const CONNECTIONS_MAX_IDLE_DEFAULT: Duration = Duration::from_secs(600);
 /// Pause after a failed accept (e.g. out of file descriptors).
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Largest piece of a file copied per write on the copying path.
@@ -39,6 +41,9 @@ pub struct ListenerSettings {
     pub max_request_bytes: usize,
     /// Send records with sendfile (true) or copy them through a buffer.
     pub zero_copy: bool,
+    /// A connection that sends nothing for this long is closed (Kafka's
+    /// `connections.max.idle.ms`), so stalled clients do not hold sockets.
+    pub connections_max_idle: Duration,
 }
 
 impl ListenerSettings {
@@ -47,19 +52,14 @@ impl ListenerSettings {
             addr,
             max_request_bytes: MAX_REQUEST_BYTES_DEFAULT,
             zero_copy: true,
+            connections_max_idle: CONNECTIONS_MAX_IDLE_DEFAULT,
         }
     }
 }
 
-/// Accepts connections on this shard until the executor ends.
-pub async fn run_listener(settings: ListenerSettings, access: ShardAccess) {
-    let listener = match TcpListener::bind(settings.addr) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(shard = access.local.shard, addr = %settings.addr, error = %e, "cannot listen");
-            return;
-        }
-    };
+/// Accepts connections on this shard's `listener` (bound to the shared
+/// port) until the executor ends.
+pub async fn run_listener(listener: TcpListener, settings: ListenerSettings, access: ShardAccess) {
     let settings = Rc::new(settings);
     loop {
         match listener.accept().await {
@@ -92,6 +92,9 @@ impl ClientConnection {
         let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
         // Responses are written whole; Nagle would only delay them.
         let _ = stream.set_nodelay(true);
+        // Reads (the next request, or the rest of one) give up after the
+        // idle limit; a read timeout ends the connection.
+        let _ = stream.set_read_timeout(Some(settings.connections_max_idle));
         let catalog = CatalogView::new(access.local.catalog());
         Self {
             stream,
@@ -101,6 +104,14 @@ impl ClientConnection {
             catalog,
             fetch_session: None,
             copy_buffer: Vec::new(),
+        }
+    }
+
+    /// The client's address, as Kafka shows it (`/ip` in DescribeGroups).
+    pub fn peer_host(&self) -> String {
+        match self.peer.rsplit_once(':') {
+            Some((host, _)) => format!("/{}", host.trim_start_matches('[').trim_end_matches(']')),
+            None => self.peer.clone(),
         }
     }
 

@@ -4,19 +4,25 @@
 //! * [`catalog`] — which topics and partitions are served, by which shard.
 //! * [`registry`] — each shard's open logs, and the jobs through which a
 //!   connection on one shard reads a partition owned by another.
+//! * [`groups`] — the group coordinator: consumer groups and committed offsets.
 //! * [`request`] — request frames decoded and checked against what we serve.
 //! * [`listener`] — accepting, framing, sending (records via sendfile).
-//! * [`handlers`] and [`fetch`] — the answers.
+//! * [`handlers`], [`fetch`] and [`write`] — the answers (`write`: local
+//!   topics, producer ids, Produce).
 
 pub mod catalog;
 mod fetch;
+pub mod groups;
 mod handlers;
 pub mod listener;
+pub mod producer_ids;
 pub mod registry;
 pub mod request;
+mod write;
 
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
-pub use listener::{ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_listener};
+pub use listener::{CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_listener};
+pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
 };

@@ -20,7 +20,9 @@ use std::time::Duration;
 use event_listener::{Event, EventListener};
 
 use super::catalog::CatalogHandle;
-use crate::log::{PartitionLog, TopicPartition};
+use super::groups::GroupCoordinator;
+use super::producer_ids::ProducerIds;
+use crate::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
 
@@ -70,16 +72,80 @@ pub struct Registry {
     partitions: RefCell<HashMap<TopicPartition, Rc<ServedPartition>>>,
     appended: Arc<Event>,
     catalog: Arc<CatalogHandle>,
+    /// Where new (local) partitions are created, and with which settings.
+    log_dir: Arc<LogDir>,
+    log_config: LogConfig,
+    producer_ids: Arc<ProducerIds>,
+    /// This shard's group coordinator, once opened (see `groups::api::start`).
+    groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
+}
+
+/// A file in a partition directory saying the topic is local (created at
+/// this agent, writable) rather than mirrored data.
+pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
+
+/// Whether a partition directory holds a local topic's partition.
+pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
+    log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER).exists()
 }
 
 impl Registry {
-    pub fn new(shard: usize, appended: Arc<Event>, catalog: Arc<CatalogHandle>) -> Rc<Self> {
+    pub fn new(
+        shard: usize,
+        appended: Arc<Event>,
+        catalog: Arc<CatalogHandle>,
+        log_dir: Arc<LogDir>,
+        log_config: LogConfig,
+        producer_ids: Arc<ProducerIds>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             shard,
             partitions: RefCell::new(HashMap::new()),
             appended,
             catalog,
+            log_dir,
+            log_config,
+            producer_ids,
+            groups: std::cell::OnceCell::new(),
         })
+    }
+
+    /// The coordinator of the groups placed on this shard, if it opened.
+    pub fn groups(&self) -> Option<&RefCell<GroupCoordinator>> {
+        self.groups.get().map(|c| &**c)
+    }
+
+    pub fn set_groups(&self, coordinator: Rc<RefCell<GroupCoordinator>>) {
+        // Set once, when the shard starts.
+        let _ = self.groups.set(coordinator);
+    }
+
+    /// The data directory (the group coordinator keeps its offsets there).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.log_dir.path()
+    }
+
+    /// The agent-wide producer id allocator.
+    pub fn producer_ids(&self) -> &ProducerIds {
+        &self.producer_ids
+    }
+
+    /// Creates (or, after a crash mid-creation, completes) a partition of a
+    /// local topic and serves it, writable.
+    pub fn create_local(&self, tp: &TopicPartition, topic_id: [u8; 16]) -> Result<(), String> {
+        if self.get(tp).is_some() {
+            return Err(format!("{tp} already exists"));
+        }
+        let (log, _) = self
+            .log_dir
+            .open_partition(tp, Some(topic_id), self.log_config, now_ms())
+            .map_err(|e| e.to_string())?;
+        let marker = self.log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER);
+        std::fs::File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| format!("write {}: {e}", marker.display()))?;
+        self.register(tp.clone(), ServedPartition::new(log, None));
+        Ok(())
     }
 
     /// Starts serving a partition: it is in the registry and the catalog.

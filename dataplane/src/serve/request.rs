@@ -5,12 +5,17 @@
 //! ApiVersions request at a version we do not speak) or the connection is
 //! closed (what Kafka brokers do for the rest).
 
+use std::panic::AssertUnwindSafe;
+
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeAclsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
 };
 use kafka_protocol::protocol::Decodable;
+
+use super::groups::api::GroupRequest;
 
 /// The APIs we serve and the versions of each (what ApiVersions advertises).
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
@@ -23,6 +28,18 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::FindCoordinator, 0, 5),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// The smallest frame that can hold a request header (key, version,
@@ -48,6 +65,10 @@ pub enum Request {
     DescribeConfigs(DescribeConfigsRequest),
     DescribeAcls(DescribeAclsRequest),
     Produce(ProduceRequest),
+    CreateTopics(CreateTopicsRequest),
+    InitProducerId(InitProducerIdRequest),
+    /// The group coordinator's APIs.
+    Group(GroupRequest),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -76,7 +97,23 @@ pub enum RequestError {
 }
 
 fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> anyhow::Result<T> {
-    T::decode(body, version)
+    guarded(|| T::decode(body, version))
+}
+
+/// Runs a `kafka-protocol` decode, turning a panic inside it into an error:
+/// the decoders are not ours and read bytes from the network, and a panic
+/// would unwind through the shard's executor and take down every
+/// connection and partition it runs. Unwind safety is asserted because a
+/// failed decode leaves nothing behind but the frame, which is dropped.
+fn guarded<T>(decode: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    std::panic::catch_unwind(AssertUnwindSafe(decode)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("no message");
+        Err(anyhow::anyhow!("the decoder panicked: {what}"))
+    })
 }
 
 /// Decodes one request frame (without its size prefix).
@@ -107,7 +144,8 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         reason: format!("{reason:#}"),
     };
     let mut body = frame;
-    let header = RequestHeader::decode(&mut body, api.request_header_version(version)).map_err(malformed)?;
+    let header_version = api.request_header_version(version);
+    let header = guarded(|| RequestHeader::decode(&mut body, header_version)).map_err(malformed)?;
     let body = &mut body;
     let request = match api {
         ApiKey::ApiVersions => Request::ApiVersions(decode(body, version).map_err(malformed)?),
@@ -119,6 +157,22 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::DescribeConfigs => Request::DescribeConfigs(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeAcls => Request::DescribeAcls(decode(body, version).map_err(malformed)?),
         ApiKey::Produce => Request::Produce(decode(body, version).map_err(malformed)?),
+        ApiKey::CreateTopics => Request::CreateTopics(decode(body, version).map_err(malformed)?),
+        ApiKey::InitProducerId => Request::InitProducerId(decode(body, version).map_err(malformed)?),
+        ApiKey::FindCoordinator => {
+            Request::Group(GroupRequest::FindCoordinator(decode(body, version).map_err(malformed)?))
+        }
+        ApiKey::JoinGroup => Request::Group(GroupRequest::JoinGroup(decode(body, version).map_err(malformed)?)),
+        ApiKey::SyncGroup => Request::Group(GroupRequest::SyncGroup(decode(body, version).map_err(malformed)?)),
+        ApiKey::Heartbeat => Request::Group(GroupRequest::Heartbeat(decode(body, version).map_err(malformed)?)),
+        ApiKey::LeaveGroup => Request::Group(GroupRequest::LeaveGroup(decode(body, version).map_err(malformed)?)),
+        ApiKey::OffsetCommit => Request::Group(GroupRequest::OffsetCommit(decode(body, version).map_err(malformed)?)),
+        ApiKey::OffsetFetch => Request::Group(GroupRequest::OffsetFetch(decode(body, version).map_err(malformed)?)),
+        ApiKey::ListGroups => Request::Group(GroupRequest::ListGroups(decode(body, version).map_err(malformed)?)),
+        ApiKey::DescribeGroups => {
+            Request::Group(GroupRequest::DescribeGroups(decode(body, version).map_err(malformed)?))
+        }
+        ApiKey::DeleteGroups => Request::Group(GroupRequest::DeleteGroups(decode(body, version).map_err(malformed)?)),
         _ => return Err(RequestError::UnsupportedApi { api, correlation_id }),
     };
     Ok((header, request))
@@ -177,6 +231,70 @@ mod tests {
             decode_request(Bytes::from_static(&[0; 4])).unwrap_err(),
             RequestError::TooShort { len: 4 }
         );
+    }
+
+    /// A request of a served kind with kafka-protocol's defaults.
+    fn default_frame(api: ApiKey, version: i16) -> Bytes {
+        use kafka_protocol::messages as km;
+        match api {
+            ApiKey::Produce => frame(api, version, &ProduceRequest::default()),
+            ApiKey::Fetch => frame(api, version, &FetchRequest::default()),
+            ApiKey::ListOffsets => frame(api, version, &ListOffsetsRequest::default()),
+            ApiKey::Metadata => frame(api, version, &MetadataRequest::default()),
+            ApiKey::DescribeConfigs => frame(api, version, &DescribeConfigsRequest::default()),
+            ApiKey::DescribeAcls => frame(api, version, &DescribeAclsRequest::default()),
+            ApiKey::ApiVersions => frame(api, version, &ApiVersionsRequest::default()),
+            ApiKey::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
+            ApiKey::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),
+            ApiKey::CreateTopics => frame(api, version, &CreateTopicsRequest::default()),
+            ApiKey::InitProducerId => frame(api, version, &InitProducerIdRequest::default()),
+            ApiKey::FindCoordinator => frame(api, version, &km::FindCoordinatorRequest::default()),
+            ApiKey::JoinGroup => frame(api, version, &km::JoinGroupRequest::default()),
+            ApiKey::SyncGroup => frame(api, version, &km::SyncGroupRequest::default()),
+            ApiKey::Heartbeat => frame(api, version, &km::HeartbeatRequest::default()),
+            ApiKey::LeaveGroup => frame(api, version, &km::LeaveGroupRequest::default()),
+            ApiKey::OffsetCommit => frame(api, version, &km::OffsetCommitRequest::default()),
+            ApiKey::OffsetFetch => frame(api, version, &km::OffsetFetchRequest::default()),
+            ApiKey::ListGroups => frame(api, version, &km::ListGroupsRequest::default()),
+            ApiKey::DescribeGroups => frame(api, version, &km::DescribeGroupsRequest::default()),
+            ApiKey::DeleteGroups => frame(api, version, &km::DeleteGroupsRequest::default()),
+            _ => unreachable!("{api:?} is not served"),
+        }
+    }
+
+    #[test]
+    fn every_served_version_decodes_and_every_cut_of_it_is_refused() {
+        for &(api, min, max) in SUPPORTED_APIS {
+            for version in min..=max {
+                let f = default_frame(api, version);
+                let (header, _) = decode_request(f.clone()).unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+                assert_eq!(
+                    (
+                        header.request_api_key,
+                        header.request_api_version,
+                        header.correlation_id
+                    ),
+                    (api as i16, version, 42)
+                );
+                for len in 0..f.len() {
+                    match decode_request(f.slice(..len)) {
+                        Err(RequestError::TooShort { .. }) => assert!(len < REQUEST_HEADER_BYTES_MIN),
+                        Err(RequestError::Malformed { correlation_id: 42, .. }) => {}
+                        other => panic!("{api:?} v{version} cut to {len} bytes: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_decoder_is_an_error() {
+        let err = guarded::<()>(|| panic!("index out of bounds")).unwrap_err();
+        assert_eq!(err.to_string(), "the decoder panicked: index out of bounds");
+        let code = 7;
+        let err = guarded::<()>(|| panic!("bad tag {code}")).unwrap_err();
+        assert_eq!(err.to_string(), "the decoder panicked: bad tag 7");
+        assert_eq!(guarded(|| Ok(5)).unwrap(), 5);
     }
 
     #[test]

@@ -11,14 +11,16 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use glommio::net::TcpListener;
 use glommio::task::JoinHandle;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 
 use crate::fetch::{MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, run_mirror};
 use crate::log::{LogConfig, LogDir, TopicPartition};
+use crate::serve::registry::is_local_partition;
 use crate::serve::{
-    CatalogHandle, ListenerSettings, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_jobs,
-    run_listener,
+    CatalogHandle, ListenerSettings, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks,
+    run_jobs, run_listener,
 };
 
 /// What one shard starts with.
@@ -37,7 +39,10 @@ pub struct ShardPlan {
 
 /// What a shard shares with the others for serving.
 pub struct ShardServing {
+    /// Told once the shard is up (its listener bound), or why it is not.
+    pub ready: std::sync::mpsc::Sender<Result<(), String>>,
     pub catalog: Arc<CatalogHandle>,
+    pub producer_ids: Arc<ProducerIds>,
     pub links: Arc<ShardLinks>,
     pub end: ShardLinkEnd,
 }
@@ -45,8 +50,9 @@ pub struct ShardServing {
 /// What the rest of the agent may ask of a shard.
 #[derive(Debug, Clone)]
 pub enum ShardCommand {
-    /// Open a partition's log found on disk and serve it (read-only, as
-    /// mirrored data, until a mirror claims it).
+    /// Open a partition's log found on disk and serve it: a local topic's
+    /// partition writable, anything else read-only as mirrored data until a
+    /// mirror claims it.
     ServePartition {
         tp: TopicPartition,
     },
@@ -68,6 +74,8 @@ pub enum ShardCommand {
         mirror: String,
         tp: TopicPartition,
     },
+    /// Answered once every command before it has been carried out.
+    Barrier(std::sync::mpsc::Sender<()>),
     /// Finish in-flight appends, flush and close every log, and end.
     Stop,
 }
@@ -132,15 +140,38 @@ pub fn spawn_shard(
         .name(&format!("shard-{index}"))
         .io_memory(plan.io_memory_bytes)
         .spawn(move || async move {
-            let registry = Registry::new(index, serving.end.appended, serving.catalog);
+            let registry = Registry::new(
+                index,
+                serving.end.appended,
+                serving.catalog,
+                Arc::clone(&log_dir),
+                plan.log_config,
+                serving.producer_ids,
+            );
             glommio::spawn_local(run_jobs(Rc::clone(&registry), serving.end.jobs)).detach();
             if let Some(settings) = plan.listener {
+                // Groups are reached only through the listener.
+                crate::serve::groups::api::start(&registry);
                 let access = ShardAccess {
                     local: Rc::clone(&registry),
                     links: serving.links,
                 };
-                // Ends with the executor, after the logs are closed.
-                glommio::spawn_local(run_listener(settings, access)).detach();
+                // Bound here, before start-up is reported, so that clients
+                // can connect as soon as the agent says it is up.
+                match TcpListener::bind(settings.addr) {
+                    Ok(listener) => {
+                        let _ = serving.ready.send(Ok(()));
+                        // Ends with the executor, after the logs are closed.
+                        glommio::spawn_local(run_listener(listener, settings, access)).detach();
+                    }
+                    Err(e) => {
+                        let _ = serving
+                            .ready
+                            .send(Err(format!("shard {index}: listen on {}: {e}", settings.addr)));
+                    }
+                }
+            } else {
+                let _ = serving.ready.send(Ok(()));
             }
             Shard {
                 index,
@@ -180,9 +211,14 @@ impl Shard {
         while let Ok(command) = commands.recv().await {
             let (mirror, tp, command) = match command {
                 ShardCommand::Stop => break,
+                ShardCommand::Barrier(done) => {
+                    let _ = done.send(());
+                    continue;
+                }
                 ShardCommand::ServePartition { tp } => {
+                    let mirror = (!is_local_partition(&self.log_dir, &tp)).then(|| UNCLAIMED_MIRROR.to_string());
                     if self.registry.get(&tp).is_none()
-                        && let Err(e) = self.open(&tp, None, Some(UNCLAIMED_MIRROR.to_string()))
+                        && let Err(e) = self.open(&tp, None, mirror)
                     {
                         let _ = self.events.try_send(ShardEvent::CommandFailed {
                             mirror: UNCLAIMED_MIRROR.into(),

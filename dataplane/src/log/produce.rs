@@ -1,0 +1,254 @@
+//! Appending what a producer sent to a local (writable) topic, as a Kafka
+//! leader does: one record batch per partition, checked (framing, CRC,
+//! record count, no control batches, no transactions), its base offset and
+//! partition leader epoch stamped in place (both lie outside the CRC, so the
+//! batch is otherwise stored as sent), and — for idempotent producers — the
+//! epoch and sequence checked, so that a retried batch is acknowledged with
+//! its first offset instead of being appended twice.
+
+use crate::batch::RecordBatch;
+
+use super::error::LogError;
+use super::partition_log::PartitionLog;
+
+/// Byte ranges of the batch header fields stamped at append.
+const BASE_OFFSET: std::ops::Range<usize> = 0..8;
+const PARTITION_LEADER_EPOCH: std::ops::Range<usize> = 12..16;
+
+/// Why a produced batch was not appended. Each maps to one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+    #[error("record batch CRC does not match its contents")]
+    CorruptMessage,
+    #[error("record batch of {size} bytes is above the limit of {max}")]
+    MessageTooLarge { size: usize, max: u32 },
+    #[error("producer {producer_id}: sequence {got} does not follow {last}")]
+    OutOfOrderSequence { producer_id: i64, got: i32, last: i32 },
+    #[error("producer {producer_id}: epoch {got} is older than {current}")]
+    InvalidProducerEpoch { producer_id: i64, got: i16, current: i16 },
+    #[error("transactional produce is not supported at the destination")]
+    TransactionsUnsupported,
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Where a produced batch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    pub base_offset: i64,
+    /// The batch was a retry of one already appended (nothing was written).
+    pub duplicate: bool,
+}
+
+impl PartitionLog {
+    /// Appends one producer batch at the log end with `leader_epoch`,
+    /// rewriting its base offset and epoch in `batch`.
+    pub fn append_produced(
+        &mut self,
+        batch: &mut [u8],
+        leader_epoch: i32,
+        now_ms: u64,
+    ) -> Result<Produced, ProduceError> {
+        let max = self.config().max_batch_bytes;
+        if batch.len() > max as usize {
+            return Err(ProduceError::MessageTooLarge { size: batch.len(), max });
+        }
+        let view = RecordBatch::new(&*batch).map_err(|e| ProduceError::InvalidRecord(e.to_string()))?;
+        if view.size_bytes() != batch.len() {
+            return Err(ProduceError::InvalidRecord(
+                "a produce request carries exactly one record batch per partition".into(),
+            ));
+        }
+        if !view.crc_is_valid() {
+            return Err(ProduceError::CorruptMessage);
+        }
+        if view.is_control() {
+            return Err(ProduceError::InvalidRecord(
+                "producers may not write control batches".into(),
+            ));
+        }
+        if view.is_transactional() {
+            return Err(ProduceError::TransactionsUnsupported);
+        }
+        if view.records_count() != view.last_offset_delta().saturating_add(1) {
+            return Err(ProduceError::InvalidRecord(format!(
+                "{} records with a last offset delta of {}",
+                view.records_count(),
+                view.last_offset_delta()
+            )));
+        }
+        if view.producer_id() >= 0
+            && let Some(base_offset) = self.check_sequence(&view)?
+        {
+            return Ok(Produced {
+                base_offset,
+                duplicate: true,
+            });
+        }
+        let base_offset = self.log_end_offset();
+        batch[BASE_OFFSET].copy_from_slice(&base_offset.to_be_bytes());
+        batch[PARTITION_LEADER_EPOCH].copy_from_slice(&leader_epoch.to_be_bytes());
+        self.append(batch, now_ms)?;
+        Ok(Produced {
+            base_offset,
+            duplicate: false,
+        })
+    }
+
+    /// Kafka's idempotence rules for one batch of an idempotent producer:
+    /// `Some(base offset)` when it repeats a recent batch, `None` when it
+    /// may be appended.
+    fn check_sequence(&self, batch: &RecordBatch<&[u8]>) -> Result<Option<i64>, ProduceError> {
+        let producer_id = batch.producer_id();
+        let (epoch, first, last) = (batch.producer_epoch(), batch.base_sequence(), batch.last_sequence());
+        let state = self.producer_state();
+        // A producer we have not seen, or one with a new epoch, starts its
+        // sequences at 0.
+        let starts_afresh = || {
+            if first == 0 {
+                Ok(None)
+            } else {
+                Err(ProduceError::OutOfOrderSequence {
+                    producer_id,
+                    got: first,
+                    last: -1,
+                })
+            }
+        };
+        let Some(known) = state.producer(producer_id) else {
+            return starts_afresh();
+        };
+        if epoch < known.producer_epoch {
+            return Err(ProduceError::InvalidProducerEpoch {
+                producer_id,
+                got: epoch,
+                current: known.producer_epoch,
+            });
+        }
+        if epoch > known.producer_epoch {
+            return starts_afresh();
+        }
+        let next = if known.last_sequence == i32::MAX {
+            0
+        } else {
+            known.last_sequence + 1
+        };
+        if let Some((_, _, base_offset)) = state.duplicate_of(producer_id, first, last) {
+            return Ok(Some(base_offset));
+        }
+        if first == next {
+            Ok(None)
+        } else {
+            Err(ProduceError::OutOfOrderSequence {
+                producer_id,
+                got: first,
+                last: known.last_sequence,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{BatchBuilder, BuildRecord};
+    use crate::log::{LogConfig, OpenOptions};
+
+    fn open(dir: &std::path::Path) -> PartitionLog {
+        PartitionLog::open(OpenOptions::new(dir, LogConfig::default()))
+            .unwrap()
+            .0
+    }
+
+    fn idempotent(producer_id: i64, epoch: i16, sequence: i32, records: usize) -> Vec<u8> {
+        BatchBuilder {
+            producer_id,
+            producer_epoch: epoch,
+            base_sequence: sequence,
+            records: (0..records)
+                .map(|i| BuildRecord {
+                    timestamp: 1000 + i as i64,
+                    key: Some(b"k".to_vec()),
+                    value: Some(format!("v{i}").into_bytes()),
+                    headers: Vec::new(),
+                })
+                .collect(),
+            ..BatchBuilder::default()
+        }
+        .build()
+    }
+
+    #[test]
+    fn assigns_offsets_and_stamps_the_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let mut a = idempotent(-1, -1, -1, 3);
+        assert_eq!(log.append_produced(&mut a, 7, 0).unwrap().base_offset, 0);
+        let mut b = idempotent(-1, -1, -1, 2);
+        assert_eq!(log.append_produced(&mut b, 7, 0).unwrap().base_offset, 3);
+        assert_eq!(log.log_end_offset(), 5);
+        let stored = log.read(3, 1 << 20).unwrap().to_vec().unwrap();
+        let view = RecordBatch::new(&stored[..]).unwrap();
+        assert_eq!((view.base_offset(), view.partition_leader_epoch()), (3, 7));
+        assert!(view.crc_is_valid());
+    }
+
+    #[test]
+    fn retries_are_acknowledged_not_appended_and_gaps_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let first = idempotent(42, 0, 0, 2);
+        let second = idempotent(42, 0, 2, 2);
+        assert_eq!(log.append_produced(&mut first.clone(), 0, 0).unwrap().base_offset, 0);
+        assert_eq!(log.append_produced(&mut second.clone(), 0, 0).unwrap().base_offset, 2);
+        // Both retried: same offsets back, nothing written.
+        let retried = log.append_produced(&mut first.clone(), 0, 0).unwrap();
+        assert_eq!(
+            retried,
+            Produced {
+                base_offset: 0,
+                duplicate: true
+            }
+        );
+        assert_eq!(log.append_produced(&mut second.clone(), 0, 0).unwrap().base_offset, 2);
+        assert_eq!(log.log_end_offset(), 4);
+        // A gap in sequences, an old epoch: refused.
+        assert!(matches!(
+            log.append_produced(&mut idempotent(42, 0, 9, 1), 0, 0),
+            Err(ProduceError::OutOfOrderSequence { .. })
+        ));
+        // A new epoch restarts at 0; then the old epoch is fenced.
+        assert_eq!(
+            log.append_produced(&mut idempotent(42, 1, 0, 1), 0, 0)
+                .unwrap()
+                .base_offset,
+            4
+        );
+        assert!(matches!(
+            log.append_produced(&mut idempotent(42, 0, 4, 1), 0, 0),
+            Err(ProduceError::InvalidProducerEpoch { .. })
+        ));
+    }
+
+    #[test]
+    fn refuses_bad_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let mut corrupt = idempotent(-1, -1, -1, 1);
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        assert!(matches!(
+            log.append_produced(&mut corrupt, 0, 0),
+            Err(ProduceError::CorruptMessage)
+        ));
+        let mut two = idempotent(-1, -1, -1, 1);
+        two.extend_from_slice(&idempotent(-1, -1, -1, 1));
+        assert!(matches!(
+            log.append_produced(&mut two, 0, 0),
+            Err(ProduceError::InvalidRecord(_))
+        ));
+        assert_eq!(log.log_end_offset(), 0);
+    }
+}

@@ -1,0 +1,635 @@
+//! The group APIs on a client connection: each request is turned into
+//! calls on the coordinator of the group's shard (a synchronous job through
+//! [`ShardAccess::on`]), and the answers into responses of the request's
+//! version. A JoinGroup or SyncGroup that has to wait awaits the channel
+//! the job returned, bounded by the coordinator's deadline plus a margin,
+//! so a connection never waits forever and no coordinator borrow is held
+//! across the wait. Also the per-shard timer task that applies session and
+//! rebalance deadlines ([`run_timers`]).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::codes::*;
+use super::{
+    CommittedOffset, GroupConfig, GroupCoordinator, GroupState, JoinRequest, JoinResult, Reply, SyncRequest,
+    SyncResult, group_shard,
+};
+use crate::serve::catalog::Catalog;
+use crate::serve::listener::ClientConnection;
+use crate::serve::registry::{Registry, ShardAccess};
+
+/// FindCoordinator key types.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+/// "Authorized operations not requested" in DescribeGroups.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// The only group type here (ListGroups v5 types filter).
+const GROUP_TYPE_CLASSIC: &str = "classic";
+/// Longest sleep of the timer task when no deadline is near (it is woken
+/// earlier when a deadline moves up).
+const TIMER_IDLE: Duration = Duration::from_secs(10);
+
+/// The group requests, decoded.
+#[derive(Debug)]
+pub enum GroupRequest {
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    ListGroups(ListGroupsRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+}
+
+/// Opens this shard's coordinator and starts its timer task; without one
+/// (its offsets log cannot be opened) the shard's groups answer
+/// COORDINATOR_NOT_AVAILABLE.
+pub fn start(registry: &Registry) {
+    match GroupCoordinator::open(registry.data_dir(), registry.shard, GroupConfig::default()) {
+        Ok(coordinator) => {
+            let coordinator = Rc::new(RefCell::new(coordinator));
+            registry.set_groups(Rc::clone(&coordinator));
+            glommio::spawn_local(run_timers(coordinator)).detach();
+        }
+        Err(e) => tracing::error!(shard = registry.shard, error = %e, "cannot open the group coordinator"),
+    }
+}
+
+/// Applies the coordinator's deadlines as they come due; sleeps until the
+/// next one, or until one moves earlier.
+async fn run_timers(coordinator: Rc<RefCell<GroupCoordinator>>) {
+    loop {
+        let (changed, next) = {
+            let mut c = coordinator.borrow_mut();
+            let changed = c.deadlines_changed().listen();
+            c.tick(Instant::now());
+            (changed, c.next_deadline())
+        };
+        let sleep = next.map_or(TIMER_IDLE, |d| {
+            d.saturating_duration_since(Instant::now()).min(TIMER_IDLE)
+        });
+        futures_lite::future::or(changed, glommio::timer::sleep(sleep)).await;
+    }
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+/// Runs `f` on the coordinator of `group`'s shard; `None` when it is not
+/// available (no coordinator there, or the shard has ended).
+async fn on_coordinator<R, F>(access: &ShardAccess, group: &str, f: F) -> Option<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&mut GroupCoordinator, Instant) -> R + Send + 'static,
+{
+    let shard = group_shard(group, access.links.shards());
+    let mut f = Some(f);
+    access
+        .on(shard, move |registry| {
+            let (Some(f), Some(coordinator)) = (f.take(), registry.groups()) else {
+                return Some(None);
+            };
+            let mut c = coordinator.try_borrow_mut().ok();
+            Some(c.as_deref_mut().map(|c| f(c, Instant::now())))
+        })
+        .await
+        .flatten()
+}
+
+/// The reply, once it is there; `late` if it does not come in time.
+async fn settle<T>(reply: Reply<T>, late: T) -> T {
+    match reply {
+        Reply::Now(t) => t,
+        Reply::Wait(rx, wait) => {
+            let answer = async { rx.recv().await.ok() };
+            let timeout = async {
+                glommio::timer::sleep(wait).await;
+                None
+            };
+            futures_lite::future::or(answer, timeout).await.unwrap_or(late)
+        }
+    }
+}
+
+pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> std::io::Result<()> {
+    let version = header.request_api_version;
+    let id = header.correlation_id;
+    match request {
+        GroupRequest::FindCoordinator(r) => {
+            let body = find_coordinator(&conn.catalog.get(), version, &r);
+            conn.respond(ApiKey::FindCoordinator, version, id, &body).await
+        }
+        GroupRequest::JoinGroup(r) => {
+            let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
+            let body = join_group(&conn.access, version, (client_id, conn.peer_host()), r).await;
+            conn.respond(ApiKey::JoinGroup, version, id, &body).await
+        }
+        GroupRequest::SyncGroup(r) => {
+            let body = sync_group(&conn.access, version, r).await;
+            conn.respond(ApiKey::SyncGroup, version, id, &body).await
+        }
+        GroupRequest::Heartbeat(r) => {
+            let group = r.group_id.0.to_string();
+            let (member, generation) = (r.member_id.to_string(), r.generation_id);
+            let code = on_coordinator(&conn.access, &group.clone(), move |c, now| {
+                c.heartbeat(&group, &member, generation, now)
+            })
+            .await
+            .unwrap_or(COORDINATOR_NOT_AVAILABLE);
+            conn.respond(
+                ApiKey::Heartbeat,
+                version,
+                id,
+                &HeartbeatResponse::default().with_error_code(code),
+            )
+            .await
+        }
+        GroupRequest::LeaveGroup(r) => {
+            let body = leave_group(&conn.access, version, r).await;
+            conn.respond(ApiKey::LeaveGroup, version, id, &body).await
+        }
+        GroupRequest::OffsetCommit(r) => {
+            let catalog = conn.catalog.get();
+            let body = offset_commit(&conn.access, &catalog, r).await;
+            conn.respond(ApiKey::OffsetCommit, version, id, &body).await
+        }
+        GroupRequest::OffsetFetch(r) => {
+            let body = offset_fetch(&conn.access, version, r).await;
+            conn.respond(ApiKey::OffsetFetch, version, id, &body).await
+        }
+        GroupRequest::ListGroups(r) => {
+            let body = list_groups(&conn.access, version, &r).await;
+            conn.respond(ApiKey::ListGroups, version, id, &body).await
+        }
+        GroupRequest::DescribeGroups(r) => {
+            let body = describe_groups(&conn.access, version, r).await;
+            conn.respond(ApiKey::DescribeGroups, version, id, &body).await
+        }
+        GroupRequest::DeleteGroups(r) => {
+            let mut results = Vec::with_capacity(r.groups_names.len());
+            for group in r.groups_names {
+                let name = group.0.to_string();
+                let code = on_coordinator(&conn.access, &name.clone(), move |c, _| c.delete(&name))
+                    .await
+                    .unwrap_or(COORDINATOR_NOT_AVAILABLE);
+                results.push(
+                    DeletableGroupResult::default()
+                        .with_group_id(group)
+                        .with_error_code(code),
+                );
+            }
+            let body = DeleteGroupsResponse::default().with_results(results);
+            conn.respond(ApiKey::DeleteGroups, version, id, &body).await
+        }
+    }
+}
+
+/// This agent coordinates every group; transactions are not coordinated here.
+fn find_coordinator(catalog: &Catalog, version: i16, r: &FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let me = &catalog.identity;
+    let answer = |key_type: i8| -> (i16, Option<&'static str>) {
+        match key_type {
+            KEY_TYPE_GROUP => (NONE, None),
+            // Not retriable, so a transactional producer fails at once
+            // instead of retrying until its timeout.
+            KEY_TYPE_TRANSACTION => (
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Some("transactions are not supported at this agent"),
+            ),
+            _ => (INVALID_REQUEST, Some("unknown coordinator key type")),
+        }
+    };
+    let (code, message) = answer(r.key_type);
+    let (node, host, port) = if code == NONE {
+        (me.node_id, s(&me.host), i32::from(me.port))
+    } else {
+        (-1, StrBytes::default(), -1)
+    };
+    if version >= 4 {
+        let coordinators = r
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                Coordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(BrokerId(node))
+                    .with_host(host.clone())
+                    .with_port(port)
+                    .with_error_code(code)
+                    .with_error_message(message.map(s))
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    FindCoordinatorResponse::default()
+        .with_error_code(code)
+        .with_error_message(if version >= 1 { message.map(s) } else { None })
+        .with_node_id(BrokerId(node))
+        .with_host(host)
+        .with_port(port)
+}
+
+async fn join_group(
+    access: &ShardAccess,
+    version: i16,
+    (client_id, client_host): (String, String),
+    r: JoinGroupRequest,
+) -> JoinGroupResponse {
+    let group = r.group_id.0.to_string();
+    let request = JoinRequest {
+        group_id: group.clone(),
+        member_id: r.member_id.to_string(),
+        client_id,
+        client_host,
+        session_timeout_ms: r.session_timeout_ms,
+        // v0 has no rebalance timeout: the session timeout serves.
+        rebalance_timeout_ms: if version >= 1 { r.rebalance_timeout_ms } else { -1 },
+        protocol_type: r.protocol_type.to_string(),
+        protocols: r
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let member_id = request.member_id.clone();
+    let reply = on_coordinator(access, &group, move |c, now| c.join(request, now)).await;
+    let result = match reply {
+        Some(reply) => settle(reply, JoinResult::error(REBALANCE_IN_PROGRESS, &member_id)).await,
+        None => JoinResult::error(COORDINATOR_NOT_AVAILABLE, &member_id),
+    };
+    let members = result
+        .members
+        .into_iter()
+        .map(|(id, metadata)| {
+            JoinGroupResponseMember::default()
+                .with_member_id(s(&id))
+                .with_metadata(metadata)
+        })
+        .collect();
+    let flexible_names = version >= 7;
+    JoinGroupResponse::default()
+        .with_error_code(result.error)
+        .with_generation_id(result.generation)
+        .with_protocol_type(if flexible_names {
+            result.protocol_type.as_deref().map(s)
+        } else {
+            None
+        })
+        .with_protocol_name(if flexible_names {
+            result.protocol_name.as_deref().map(s)
+        } else {
+            Some(s(result.protocol_name.as_deref().unwrap_or_default()))
+        })
+        .with_leader(s(&result.leader))
+        .with_member_id(s(&result.member_id))
+        .with_members(members)
+}
+
+async fn sync_group(access: &ShardAccess, version: i16, r: SyncGroupRequest) -> SyncGroupResponse {
+    let group = r.group_id.0.to_string();
+    let request = SyncRequest {
+        group_id: group.clone(),
+        generation: r.generation_id,
+        member_id: r.member_id.to_string(),
+        protocol_type: r.protocol_type.as_deref().map(str::to_owned),
+        protocol_name: r.protocol_name.as_deref().map(str::to_owned),
+        assignments: r
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
+    };
+    let reply = on_coordinator(access, &group, move |c, now| c.sync(request, now)).await;
+    let result = match reply {
+        Some(reply) => settle(reply, SyncResult::error(REBALANCE_IN_PROGRESS)).await,
+        None => SyncResult::error(COORDINATOR_NOT_AVAILABLE),
+    };
+    let mut body = SyncGroupResponse::default()
+        .with_error_code(result.error)
+        .with_assignment(result.assignment);
+    if version >= 5 {
+        body = body
+            .with_protocol_type(result.protocol_type.as_deref().map(s))
+            .with_protocol_name(result.protocol_name.as_deref().map(s));
+    }
+    body
+}
+
+async fn leave_group(access: &ShardAccess, version: i16, r: LeaveGroupRequest) -> LeaveGroupResponse {
+    let group = r.group_id.0.to_string();
+    // v3+ leaves a batch of members; before, the one member of the request.
+    let leaving: Vec<(StrBytes, Option<StrBytes>)> = if version >= 3 {
+        r.members
+            .into_iter()
+            .map(|m| (m.member_id, m.group_instance_id))
+            .collect()
+    } else {
+        vec![(r.member_id, None)]
+    };
+    let ids: Vec<String> = leaving.iter().map(|(id, _)| id.to_string()).collect();
+    let count = ids.len();
+    let codes = on_coordinator(access, &group.clone(), move |c, now| c.leave(&group, &ids, now))
+        .await
+        .unwrap_or_else(|| vec![COORDINATOR_NOT_AVAILABLE; count]);
+    if version < 3 {
+        return LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(NONE));
+    }
+    let members = leaving
+        .into_iter()
+        .zip(codes)
+        .map(|((member_id, instance), code)| {
+            MemberResponse::default()
+                .with_member_id(member_id)
+                .with_group_instance_id(instance)
+                .with_error_code(code)
+        })
+        .collect();
+    LeaveGroupResponse::default().with_members(members)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn offset_commit(access: &ShardAccess, catalog: &Catalog, r: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = r.group_id.0.to_string();
+    let timestamp = now_ms();
+    // A code per partition: decided here for partitions we do not serve,
+    // by the coordinator for the rest (in order).
+    let mut codes: Vec<Vec<Option<i16>>> = Vec::with_capacity(r.topics.len());
+    let mut offsets = Vec::new();
+    for t in &r.topics {
+        let mut topic_codes = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            if catalog.owner(&t.name.0, p.partition_index).is_some() {
+                let value = CommittedOffset {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_deref().unwrap_or_default().to_owned(),
+                    commit_timestamp: timestamp,
+                };
+                offsets.push(((t.name.0.to_string(), p.partition_index), value));
+                topic_codes.push(None);
+            } else {
+                topic_codes.push(Some(UNKNOWN_TOPIC_OR_PARTITION));
+            }
+        }
+        codes.push(topic_codes);
+    }
+    let count = offsets.len();
+    let (generation, member) = (r.generation_id_or_member_epoch, r.member_id.to_string());
+    let decided = if count == 0 {
+        Vec::new()
+    } else {
+        on_coordinator(access, &group.clone(), move |c, now| {
+            c.commit(&group, generation, &member, offsets, now)
+        })
+        .await
+        .unwrap_or_else(|| vec![COORDINATOR_NOT_AVAILABLE; count])
+    };
+    let mut decided = decided.into_iter();
+    let topics = r
+        .topics
+        .into_iter()
+        .zip(codes)
+        .map(|(t, topic_codes)| {
+            let partitions = t
+                .partitions
+                .iter()
+                .zip(topic_codes)
+                .map(|(p, code)| {
+                    let code = code.or_else(|| decided.next()).unwrap_or(COORDINATOR_NOT_AVAILABLE);
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Partitions asked about per topic, in request order; `None`: all.
+type Wanted = Option<Vec<(String, Vec<i32>)>>;
+/// Committed offsets per topic, in order.
+type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+
+/// `None` when the group's coordinator is not available.
+async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Option<ByTopic> {
+    on_coordinator(access, &group.clone(), move |c, _| {
+        let flat: Option<Vec<(String, i32)>> = wanted.as_ref().map(|topics| {
+            topics
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |&p| (t.clone(), p)))
+                .collect()
+        });
+        let found = c.committed(&group, flat.as_deref());
+        // Regrouped by topic, keeping the request's order.
+        let mut out: ByTopic = Vec::new();
+        for ((topic, partition), v) in found {
+            match out.last_mut() {
+                Some((t, ps)) if *t == topic => ps.push((partition, v)),
+                _ => out.push((topic, vec![(partition, v)])),
+            }
+        }
+        out
+    })
+    .await
+}
+
+async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest) -> OffsetFetchResponse {
+    let wanted = |topics: Option<Vec<(TopicName, Vec<i32>)>>| -> Wanted {
+        topics.map(|ts| ts.into_iter().map(|(n, ps)| (n.0.to_string(), ps)).collect())
+    };
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(r.groups.len());
+        for g in r.groups {
+            let topics = g
+                .topics
+                .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
+            let found = committed(access, g.group_id.0.to_string(), wanted(topics)).await;
+            let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
+            let Some(found) = found else {
+                groups.push(group.with_error_code(COORDINATOR_NOT_AVAILABLE));
+                continue;
+            };
+            let topics = found
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let partitions = partitions
+                        .into_iter()
+                        .map(|(p, v)| {
+                            let v = v.unwrap_or(CommittedOffset {
+                                offset: -1,
+                                leader_epoch: -1,
+                                metadata: String::new(),
+                                commit_timestamp: -1,
+                            });
+                            OffsetFetchResponsePartitions::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(v.offset)
+                                .with_committed_leader_epoch(v.leader_epoch)
+                                .with_metadata(Some(s(&v.metadata)))
+                        })
+                        .collect();
+                    OffsetFetchResponseTopics::default()
+                        .with_name(TopicName(s(&topic)))
+                        .with_partitions(partitions)
+                })
+                .collect();
+            groups.push(group.with_topics(topics));
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let topics = r
+        .topics
+        .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
+    let asked: Vec<(String, Vec<i32>)> = wanted(topics.clone()).unwrap_or_default();
+    let found = committed(access, r.group_id.0.to_string(), wanted(topics)).await;
+    // v1 has no top-level error: an unavailable coordinator is said per partition.
+    let (found, partition_error) = match found {
+        Some(found) => (found, NONE),
+        None if version < 2 => (
+            asked
+                .into_iter()
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .collect(),
+            COORDINATOR_NOT_AVAILABLE,
+        ),
+        None => return OffsetFetchResponse::default().with_error_code(COORDINATOR_NOT_AVAILABLE),
+    };
+    let topics = found
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(p, v)| {
+                    let (offset, epoch, metadata) =
+                        v.map_or((-1, -1, String::new()), |v| (v.offset, v.leader_epoch, v.metadata));
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(s(&metadata)))
+                        .with_error_code(partition_error)
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(s(&topic)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// Every shard's groups, filtered by state (v4+) and type (v5+).
+async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
+    let types: Vec<String> = r.types_filter.iter().map(|x| x.to_lowercase()).collect();
+    if !types.is_empty() && !types.iter().any(|t| t == GROUP_TYPE_CLASSIC) {
+        return ListGroupsResponse::default();
+    }
+    let mut error = NONE;
+    let mut groups = BTreeMap::new();
+    for shard in 0..access.links.shards() {
+        let listed = access
+            .on(shard, |registry| {
+                Some(registry.groups().and_then(|c| c.try_borrow().ok().map(|c| c.list())))
+            })
+            .await
+            .flatten();
+        match listed {
+            Some(listed) => groups.extend(listed.into_iter().map(|g| (g.group_id.clone(), g))),
+            None => error = COORDINATOR_NOT_AVAILABLE,
+        }
+    }
+    let groups = groups
+        .into_values()
+        .filter(|g| states.is_empty() || states.iter().any(|st| *st == g.state.name().to_lowercase()))
+        .map(|g| {
+            let mut listed = ListedGroup::default()
+                .with_group_id(GroupId(s(&g.group_id)))
+                .with_protocol_type(s(&g.protocol_type));
+            if version >= 4 {
+                listed = listed.with_group_state(s(g.state.name()));
+            }
+            if version >= 5 {
+                listed = listed.with_group_type(s(GROUP_TYPE_CLASSIC));
+            }
+            listed
+        })
+        .collect();
+    ListGroupsResponse::default().with_error_code(error).with_groups(groups)
+}
+
+async fn describe_groups(access: &ShardAccess, version: i16, r: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut described = Vec::with_capacity(r.groups.len());
+    for group in r.groups {
+        let name = group.0.to_string();
+        let found = on_coordinator(access, &name.clone(), move |c, _| c.describe(&name)).await;
+        let out = DescribedGroup::default()
+            .with_group_id(group)
+            .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        described.push(match found {
+            None => out.with_error_code(COORDINATOR_NOT_AVAILABLE),
+            // v6 says "not found"; before, a missing group is described as Dead.
+            Some(None) if version >= 6 => out
+                .with_error_code(GROUP_ID_NOT_FOUND)
+                .with_error_message(Some(s("group not found")))
+                .with_group_state(s(GroupState::Dead.name())),
+            Some(None) => out.with_group_state(s(GroupState::Dead.name())),
+            Some(Some(d)) => {
+                let members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        DescribedGroupMember::default()
+                            .with_member_id(s(&m.member_id))
+                            .with_client_id(s(&m.client_id))
+                            .with_client_host(s(&m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment)
+                    })
+                    .collect();
+                out.with_group_state(s(d.state.name()))
+                    .with_protocol_type(s(&d.protocol_type))
+                    .with_protocol_data(s(&d.protocol_name))
+                    .with_members(members)
+            }
+        });
+    }
+    DescribeGroupsResponse::default().with_groups(described)
+}

@@ -1,0 +1,330 @@
+//! The group state machine without sockets: the time is passed in, and
+//! waiting replies are read from their channels as soon as they are sent.
+
+use super::*;
+
+const SESSION_MS: i32 = 10_000;
+const REBALANCE_MS: i32 = 30_000;
+
+fn coordinator(dir: &Path) -> GroupCoordinator {
+    GroupCoordinator::open(dir, 0, GroupConfig::default()).unwrap()
+}
+
+fn join_request(member: &str, protocols: &[&str]) -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: member.into(),
+        client_id: "client".into(),
+        client_host: String::new(),
+        session_timeout_ms: SESSION_MS,
+        rebalance_timeout_ms: REBALANCE_MS,
+        protocol_type: "consumer".into(),
+        protocols: protocols
+            .iter()
+            .map(|p| (p.to_string(), Bytes::from(format!("{member}:{p}"))))
+            .collect(),
+        require_known_member_id: true,
+    }
+}
+
+/// A reply that is already there (sent now or before).
+fn ready<T>(reply: &Reply<T>) -> Option<T> {
+    match reply {
+        Reply::Now(_) => panic!("expected a waiting reply"),
+        Reply::Wait(rx, _) => rx.try_recv().ok(),
+    }
+}
+
+fn now_reply<T>(reply: Reply<T>) -> T {
+    match reply {
+        Reply::Now(t) => t,
+        Reply::Wait(..) => panic!("expected an immediate reply"),
+    }
+}
+
+/// v4+ first join: MEMBER_ID_REQUIRED with an id, then the join with it.
+fn join_new(c: &mut GroupCoordinator, now: Instant) -> (String, Reply<JoinResult>) {
+    let first = now_reply(c.join(join_request("", &["range"]), now));
+    assert_eq!(first.error, MEMBER_ID_REQUIRED);
+    assert!(first.member_id.starts_with("client-"), "{}", first.member_id);
+    let id = first.member_id.clone();
+    let reply = c.join(join_request(&id, &["range"]), now);
+    (id, reply)
+}
+
+fn sync(
+    c: &mut GroupCoordinator,
+    member: &str,
+    generation: i32,
+    assignments: &[(&str, &str)],
+    now: Instant,
+) -> Reply<SyncResult> {
+    c.sync(
+        SyncRequest {
+            group_id: "g".into(),
+            generation,
+            member_id: member.into(),
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("range".into()),
+            assignments: assignments
+                .iter()
+                .map(|(m, a)| (m.to_string(), Bytes::from(a.to_string())))
+                .collect(),
+        },
+        now,
+    )
+}
+
+fn offset(o: i64) -> CommittedOffset {
+    CommittedOffset {
+        offset: o,
+        leader_epoch: 2,
+        metadata: "meta".into(),
+        commit_timestamp: 1,
+    }
+}
+
+/// One member, Stable at generation 1.
+fn stable_single(c: &mut GroupCoordinator, now: Instant) -> String {
+    let (a, reply) = join_new(c, now);
+    let joined = ready(&reply).expect("a lone member completes the join at once");
+    assert_eq!(
+        (joined.error, joined.generation, joined.leader.as_str()),
+        (NONE, 1, a.as_str())
+    );
+    assert_eq!(joined.protocol_name.as_deref(), Some("range"));
+    assert_eq!(joined.members, vec![(a.clone(), Bytes::from(format!("{a}:range")))]);
+    let synced = ready(&sync(c, &a, 1, &[(&a, "all")], now)).unwrap();
+    assert_eq!((synced.error, &synced.assignment[..]), (NONE, &b"all"[..]));
+    a
+}
+
+#[test]
+fn join_sync_heartbeat_of_one_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    let a = stable_single(&mut c, t0);
+    assert_eq!(c.heartbeat("g", &a, 1, t0), NONE);
+    assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+    // A follower-less rejoin with the same metadata by the leader rebalances
+    // (it may want to reassign); the generation moves on.
+    let again = c.join(join_request(&a, &["range"]), t0);
+    assert_eq!(ready(&again).unwrap().generation, 2);
+}
+
+#[test]
+fn a_second_member_triggers_a_rebalance_and_followers_wait_for_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    let a = stable_single(&mut c, t0);
+    let (b, b_join) = join_new(&mut c, t0);
+    assert!(ready(&b_join).is_none(), "waits for the known member to rejoin");
+    assert_eq!(c.describe("g").unwrap().state, GroupState::PreparingRebalance);
+    assert_eq!(c.heartbeat("g", &a, 1, t0), REBALANCE_IN_PROGRESS);
+    let a_join = c.join(join_request(&a, &["range"]), t0);
+    let (a_res, b_res) = (ready(&a_join).unwrap(), ready(&b_join).unwrap());
+    assert_eq!((a_res.generation, b_res.generation), (2, 2));
+    assert_eq!((a_res.leader.as_str(), b_res.leader.as_str()), (a.as_str(), a.as_str()));
+    assert_eq!(a_res.members.len(), 2, "the leader gets every member's metadata");
+    assert!(b_res.members.is_empty());
+    // The follower's sync waits for the leader's assignments.
+    let b_sync = sync(&mut c, &b, 2, &[], t0);
+    assert!(ready(&b_sync).is_none());
+    assert_eq!(c.heartbeat("g", &b, 2, t0), NONE);
+    let a_sync = sync(&mut c, &a, 2, &[(&a, "p0"), (&b, "p1")], t0);
+    assert_eq!(&ready(&a_sync).unwrap().assignment[..], b"p0");
+    assert_eq!(&ready(&b_sync).unwrap().assignment[..], b"p1");
+    let d = c.describe("g").unwrap();
+    assert_eq!(
+        (d.state, d.protocol_name.as_str(), d.members.len()),
+        (GroupState::Stable, "range", 2)
+    );
+    // A stable follower rejoining with the same metadata: no rebalance.
+    let b_again = now_reply(c.join(join_request(&b, &["range"]), t0));
+    assert_eq!((b_again.error, b_again.generation), (NONE, 2));
+    assert_eq!(c.describe("g").unwrap().state, GroupState::Stable);
+}
+
+#[test]
+fn generation_and_member_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    assert_eq!(c.heartbeat("g", "nobody", 1, t0), UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        now_reply(c.join(join_request("ghost", &["range"]), t0)).error,
+        UNKNOWN_MEMBER_ID
+    );
+    let a = stable_single(&mut c, t0);
+    assert_eq!(c.heartbeat("g", &a, 0, t0), ILLEGAL_GENERATION);
+    assert_eq!(c.heartbeat("g", "nobody", 1, t0), UNKNOWN_MEMBER_ID);
+    assert_eq!(now_reply(sync(&mut c, &a, 7, &[], t0)).error, ILLEGAL_GENERATION);
+    let tp = ("t".to_string(), 0);
+    assert_eq!(
+        c.commit("g", 0, &a, vec![(tp.clone(), offset(1))], t0),
+        [ILLEGAL_GENERATION]
+    );
+    assert_eq!(
+        c.commit("g", 1, "nobody", vec![(tp.clone(), offset(1))], t0),
+        [UNKNOWN_MEMBER_ID]
+    );
+    // A simple commit is refused while the group has members.
+    assert_eq!(
+        c.commit("g", -1, "", vec![(tp.clone(), offset(1))], t0),
+        [UNKNOWN_MEMBER_ID]
+    );
+    let mut meta = offset(5);
+    meta.metadata = "x".repeat(store::METADATA_MAX_BYTES + 1);
+    assert_eq!(
+        c.commit("g", 1, &a, vec![(tp.clone(), offset(5)), (("t".into(), 1), meta)], t0),
+        [NONE, OFFSET_METADATA_TOO_LARGE]
+    );
+    // A different protocol type, or no common protocol, does not fit.
+    let mut other = join_request("", &["range"]);
+    other.protocol_type = "connect".into();
+    assert_eq!(now_reply(c.join(other, t0)).error, INCONSISTENT_GROUP_PROTOCOL);
+    assert_eq!(
+        now_reply(c.join(join_request("", &["roundrobin"]), t0)).error,
+        INCONSISTENT_GROUP_PROTOCOL
+    );
+    let mut short = join_request("", &["range"]);
+    short.session_timeout_ms = 10;
+    assert_eq!(now_reply(c.join(short, t0)).error, INVALID_SESSION_TIMEOUT);
+    // Commits during CompletingRebalance are refused.
+    let (b, _) = join_new(&mut c, t0);
+    let a_join = c.join(join_request(&a, &["range"]), t0);
+    assert_eq!(ready(&a_join).unwrap().generation, 2);
+    assert_eq!(
+        c.commit("g", 2, &b, vec![(tp.clone(), offset(9))], t0),
+        [REBALANCE_IN_PROGRESS]
+    );
+    assert_eq!(
+        c.committed("g", Some(std::slice::from_ref(&tp)))[0]
+            .1
+            .as_ref()
+            .map(|v| v.offset),
+        Some(5)
+    );
+}
+
+#[test]
+fn members_that_do_not_rejoin_are_dropped_at_the_rebalance_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    let a = stable_single(&mut c, t0);
+    let (b, b_join) = join_new(&mut c, t0);
+    // `a` keeps heartbeating but never rejoins.
+    let mut t = t0;
+    for _ in 0..5 {
+        t += Duration::from_secs(5);
+        assert_eq!(c.heartbeat("g", &a, 1, t), REBALANCE_IN_PROGRESS);
+        c.tick(t);
+    }
+    assert!(ready(&b_join).is_none());
+    assert_eq!(c.next_deadline(), Some(t0 + ms(REBALANCE_MS)));
+    c.tick(t0 + ms(REBALANCE_MS));
+    let joined = ready(&b_join).unwrap();
+    assert_eq!((joined.generation, joined.leader.as_str()), (2, b.as_str()));
+    assert_eq!(joined.members.len(), 1);
+    assert_eq!(c.heartbeat("g", &a, 1, t), UNKNOWN_MEMBER_ID);
+}
+
+#[test]
+fn silent_members_expire_and_the_last_leave_empties_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    let a = stable_single(&mut c, t0);
+    let (b, b_join) = join_new(&mut c, t0);
+    let a_join = c.join(join_request(&a, &["range"]), t0);
+    assert!(ready(&a_join).is_some() && ready(&b_join).is_some());
+    let b_sync = sync(&mut c, &b, 2, &[], t0);
+    let _ = ready(&sync(&mut c, &a, 2, &[(&a, "x"), (&b, "y")], t0)).unwrap();
+    assert!(ready(&b_sync).is_some());
+    // Only `b` heartbeats; `a`'s session runs out.
+    let half = t0 + ms(SESSION_MS / 2);
+    assert_eq!(c.heartbeat("g", &b, 2, half), NONE);
+    c.tick(t0 + ms(SESSION_MS));
+    assert_eq!(c.describe("g").unwrap().state, GroupState::PreparingRebalance);
+    assert_eq!(c.heartbeat("g", &b, 2, t0 + ms(SESSION_MS)), REBALANCE_IN_PROGRESS);
+    assert_eq!(c.delete("g"), NON_EMPTY_GROUP);
+    let b_join = c.join(join_request(&b, &["range"]), t0 + ms(SESSION_MS));
+    assert_eq!(ready(&b_join).unwrap().generation, 3);
+    // Batch leave: one known, one unknown.
+    let codes = c.leave("g", &[b.clone(), "nobody".into()], t0 + ms(SESSION_MS));
+    assert_eq!(codes, [NONE, UNKNOWN_MEMBER_ID]);
+    // Nothing left and no offsets: the group is gone.
+    assert!(c.describe("g").is_none());
+    assert_eq!(c.delete("g"), GROUP_ID_NOT_FOUND);
+    assert_eq!(c.next_deadline(), None);
+}
+
+#[test]
+fn an_unused_member_id_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    let first = now_reply(c.join(join_request("", &["range"]), t0));
+    assert_eq!(first.error, MEMBER_ID_REQUIRED);
+    assert_eq!(c.list().len(), 1);
+    c.tick(t0 + ms(SESSION_MS));
+    assert!(c.list().is_empty());
+    assert_eq!(
+        now_reply(c.join(join_request(&first.member_id, &["range"]), t0)).error,
+        UNKNOWN_MEMBER_ID
+    );
+}
+
+#[test]
+fn offsets_persist_and_deletion_is_for_empty_groups_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let tp = |p: i32| ("orders".to_string(), p);
+    {
+        let mut c = coordinator(dir.path());
+        // A standalone consumer commits without a group.
+        assert_eq!(
+            c.commit("solo", -1, "", vec![(tp(0), offset(10)), (tp(1), offset(11))], t0),
+            [NONE, NONE]
+        );
+        let a = stable_single(&mut c, t0);
+        assert_eq!(c.commit("g", 1, &a, vec![(tp(0), offset(3))], t0), [NONE]);
+        assert_eq!(c.delete("g"), NON_EMPTY_GROUP);
+        assert_eq!(c.leave("g", &[a], t0), [NONE]);
+        assert_eq!(
+            c.describe("g").unwrap().state,
+            GroupState::Empty,
+            "kept: it has offsets"
+        );
+    }
+    let mut c = coordinator(dir.path());
+    let solo = c.committed("solo", None);
+    assert_eq!(solo.len(), 2);
+    assert_eq!(solo[1], (tp(1), Some(offset(11))));
+    assert_eq!(
+        c.committed("g", Some(&[tp(0), tp(5)])),
+        [(tp(0), Some(offset(3))), (tp(5), None)]
+    );
+    let listed: Vec<_> = c.list().into_iter().map(|g| (g.group_id, g.state)).collect();
+    assert_eq!(
+        listed,
+        [("g".into(), GroupState::Empty), ("solo".into(), GroupState::Empty)]
+    );
+    assert_eq!(c.delete("g"), NONE);
+    drop(c);
+    let c = coordinator(dir.path());
+    assert!(c.describe("g").is_none());
+    assert!(c.committed("g", None).is_empty());
+    assert_eq!(c.committed("solo", None).len(), 2);
+}
+
+#[test]
+fn group_placement_is_stable() {
+    assert_eq!(group_shard("g", 1), 0);
+    assert_eq!(group_shard("orders-consumers", 4), group_shard("orders-consumers", 4));
+    let spread: std::collections::HashSet<usize> = (0..64).map(|i| group_shard(&format!("group-{i}"), 4)).collect();
+    assert_eq!(spread.len(), 4);
+}

@@ -1,0 +1,316 @@
+//! The write path for local topics: CreateTopics makes a topic at this
+//! agent (writable, unlike mirror topics), InitProducerId hands out
+//! producer ids for idempotent producers, and Produce appends to local
+//! topics on the owning shard — offsets assigned, the destination leader
+//! epoch stamped, retries recognised by producer id and sequence. Produce to
+//! a mirror topic is refused with READ_ONLY_TOPIC on every partition.
+//! Transactions at the destination are refused: InitProducerId with a
+//! transactional id and transactional batches get an error, nothing else.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest,
+    ProduceResponse, ProducerId,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::catalog::random_bytes;
+use super::listener::ClientConnection;
+use crate::client::error_codes as ec;
+use crate::fetch::shard_for;
+use crate::log::{ProduceError, TopicPartition};
+
+/// Kafka's limit on topic name length.
+const TOPIC_NAME_MAX: usize = 249;
+/// Names reserved for the agent's own state.
+const RESERVED_PREFIX: &str = "__ringmirror";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The Kafka error code for a refused batch.
+fn produce_error_code(e: &ProduceError) -> i16 {
+    match e {
+        ProduceError::InvalidRecord(_) => ec::INVALID_RECORD,
+        ProduceError::CorruptMessage => ec::CORRUPT_MESSAGE,
+        ProduceError::MessageTooLarge { .. } => ec::MESSAGE_TOO_LARGE,
+        ProduceError::OutOfOrderSequence { .. } => ec::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ProduceError::InvalidProducerEpoch { .. } => ec::INVALID_PRODUCER_EPOCH,
+        ProduceError::TransactionsUnsupported => ec::INVALID_TXN_STATE,
+        ProduceError::Log(e) if e.is_disk_full() => ec::KAFKA_STORAGE_ERROR,
+        ProduceError::Log(_) => ec::KAFKA_STORAGE_ERROR,
+    }
+}
+
+/// One partition's answer: (error, base offset, log start offset, message).
+type Appended = (i16, i64, i64, Option<String>);
+
+/// The same error for every partition of a Produce.
+pub fn refuse_produce(request: &ProduceRequest, version: i16, code: i16) -> ProduceResponse {
+    let answers = request
+        .topic_data
+        .iter()
+        .map(|t| vec![(code, -1, -1, None); t.partition_data.len()])
+        .collect();
+    produce_response(request, version, answers)
+}
+
+/// The answer, with each field only where `version` has it.
+fn produce_response(request: &ProduceRequest, version: i16, answers: Vec<Vec<Appended>>) -> ProduceResponse {
+    let responses = request
+        .topic_data
+        .iter()
+        .zip(answers)
+        .map(|(t, answers)| {
+            let partitions = t
+                .partition_data
+                .iter()
+                .zip(answers)
+                .map(|(p, (code, base_offset, log_start_offset, message))| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(code)
+                        .with_base_offset(base_offset)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(if version >= 5 { log_start_offset } else { -1 })
+                        .with_error_message(message.filter(|_| version >= 8).map(StrBytes::from_string))
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
+}
+
+/// Produce: appends each partition's batch on its owning shard.
+pub async fn produce(conn: &mut ClientConnection, version: i16, request: ProduceRequest) -> ProduceResponse {
+    let catalog = conn.catalog.get();
+    let transactional = request.transactional_id.is_some();
+    // Per owning shard: (topic index, partition index in request, tp, batch).
+    let mut work: HashMap<usize, Vec<(usize, usize, TopicPartition, Bytes)>> = HashMap::new();
+    let mut answers: Vec<Vec<Appended>> = request
+        .topic_data
+        .iter()
+        .map(|t| vec![(ec::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None); t.partition_data.len()])
+        .collect();
+    for (ti, t) in request.topic_data.iter().enumerate() {
+        let entry = catalog.topic(&t.name.0);
+        for (pi, p) in t.partition_data.iter().enumerate() {
+            let answer = &mut answers[ti][pi];
+            match entry {
+                None => {}
+                Some(e) if e.mirror.is_some() => {
+                    *answer = (ec::READ_ONLY_TOPIC, -1, -1, Some("mirror topics are read-only".into()));
+                }
+                Some(_) if transactional => {
+                    *answer = (
+                        ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        -1,
+                        -1,
+                        Some("transactions are not supported at this agent".into()),
+                    );
+                }
+                Some(e) => {
+                    if let Some(owner) = e.partitions.get(&p.index) {
+                        let tp = TopicPartition::new(e.name.clone(), p.index);
+                        let batch = p.records.clone().unwrap_or_default();
+                        work.entry(owner.shard).or_default().push((ti, pi, tp, batch));
+                    }
+                }
+            }
+        }
+    }
+    for (shard, batches) in work {
+        let done = conn
+            .access
+            .on(shard, move |registry| {
+                let mut out = Vec::with_capacity(batches.len());
+                let mut appended = false;
+                for (ti, pi, tp, batch) in &batches {
+                    let Some(partition) = registry.get(tp) else {
+                        out.push((*ti, *pi, (ec::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None)));
+                        continue;
+                    };
+                    if partition.mirror.is_some() {
+                        out.push((*ti, *pi, (ec::READ_ONLY_TOPIC, -1, -1, None)));
+                        continue;
+                    }
+                    let Ok(mut log) = partition.log.try_borrow_mut() else {
+                        return None;
+                    };
+                    // The request frame is shared and immutable: the batch is
+                    // copied once to stamp its offset and epoch.
+                    let mut bytes = batch.to_vec();
+                    let epoch = partition.leader_epoch.get();
+                    let answer = match log.append_produced(&mut bytes, epoch, now_ms()) {
+                        Ok(produced) => {
+                            appended |= !produced.duplicate;
+                            (ec::NONE, produced.base_offset, log.log_start_offset(), None)
+                        }
+                        Err(e) => {
+                            tracing::debug!(partition = %tp, error = %e, "produce refused");
+                            (produce_error_code(&e), -1, -1, Some(e.to_string()))
+                        }
+                    };
+                    out.push((*ti, *pi, answer));
+                }
+                if appended {
+                    registry.notify_appended();
+                }
+                Some(out)
+            })
+            .await;
+        for (ti, pi, answer) in done.into_iter().flatten() {
+            answers[ti][pi] = answer;
+        }
+    }
+    produce_response(&request, version, answers)
+}
+
+/// Kafka's rule for topic names.
+fn valid_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!("{name:?} is not a valid topic name"));
+    }
+    if name.len() > TOPIC_NAME_MAX {
+        return Err(format!("topic names are at most {TOPIC_NAME_MAX} characters"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(format!(
+            "{name:?}: topic names use only ASCII letters, digits, '.', '_' and '-'"
+        ));
+    }
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(format!("names starting with {RESERVED_PREFIX} are reserved"));
+    }
+    Ok(())
+}
+
+/// A random (version 4) topic id.
+fn new_topic_id() -> std::io::Result<[u8; 16]> {
+    let mut id: [u8; 16] = random_bytes()?;
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    Ok(id)
+}
+
+/// CreateTopics: local topics, one replica (this agent), partitions placed
+/// on their shards. Mirror topics are created by their mirrors.
+pub async fn create_topics(
+    conn: &mut ClientConnection,
+    version: i16,
+    request: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        let mut result = CreatableTopicResult::default().with_name(t.name.clone());
+        let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
+        let refused = |code: i16, message: String| {
+            tracing::info!(topic = name, code, message, "create topic refused");
+            (code, Some(StrBytes::from_string(message)))
+        };
+        let check = if let Err(message) = valid_topic_name(&name) {
+            Err(refused(ec::INVALID_TOPIC_EXCEPTION, message))
+        } else if partitions < 1 || !t.assignments.is_empty() && t.assignments.len() != partitions as usize {
+            Err(refused(ec::INVALID_PARTITIONS, format!("{partitions} partitions")))
+        } else if !matches!(t.replication_factor, -1 | 1) {
+            Err(refused(
+                ec::INVALID_REPLICATION_FACTOR,
+                format!(
+                    "replication factor {}: this agent is the only replica",
+                    t.replication_factor
+                ),
+            ))
+        } else {
+            Ok(())
+        };
+        if let Err((code, message)) = check {
+            results.push(result.with_error_code(code).with_error_message(message));
+            continue;
+        }
+        let handle = conn.access.local.catalog();
+        if !handle.try_reserve_topic(&name) {
+            let (code, message) = refused(ec::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"));
+            results.push(result.with_error_code(code).with_error_message(message));
+            continue;
+        }
+        let outcome = if request.validate_only {
+            Ok([0; 16])
+        } else {
+            create_partitions(conn, &name, partitions).await
+        };
+        handle.release_topic(&name);
+        if version >= 5 {
+            result = result.with_num_partitions(partitions).with_replication_factor(1);
+        }
+        results.push(match outcome {
+            Ok(id) => {
+                tracing::info!(topic = name, partitions, "created local topic");
+                result.with_topic_id(Uuid::from_bytes(if version >= 7 { id } else { [0; 16] }))
+            }
+            Err(message) => {
+                tracing::error!(topic = name, message, "create topic failed");
+                result
+                    .with_error_code(ec::KAFKA_STORAGE_ERROR)
+                    .with_error_message(Some(StrBytes::from_string(message)))
+            }
+        });
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+async fn create_partitions(conn: &mut ClientConnection, topic: &str, partitions: i32) -> Result<[u8; 16], String> {
+    let id = new_topic_id().map_err(|e| format!("topic id: {e}"))?;
+    let shards = conn.access.links.shards();
+    for partition in 0..partitions {
+        let tp = TopicPartition::new(topic, partition);
+        let shard = shard_for(&tp, shards);
+        conn.access
+            .on(shard, move |registry| Some(registry.create_local(&tp, id)))
+            .await
+            .ok_or("shard has stopped")??;
+    }
+    Ok(id)
+}
+
+/// InitProducerId for idempotent producers (no transactional id): a new
+/// producer id, or the same id with the next epoch when the producer asks
+/// to bump its own (v3+).
+pub fn init_producer_id(conn: &ClientConnection, request: &InitProducerIdRequest) -> InitProducerIdResponse {
+    let response = InitProducerIdResponse::default();
+    if request.transactional_id.is_some() {
+        return response
+            .with_error_code(ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    let (id, epoch) = (request.producer_id.0, request.producer_epoch);
+    if id >= 0 && (0..i16::MAX - 1).contains(&epoch) {
+        return response.with_producer_id(ProducerId(id)).with_producer_epoch(epoch + 1);
+    }
+    match conn.access.local.producer_ids().next() {
+        Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot reserve producer ids");
+            response
+                .with_error_code(ec::KAFKA_STORAGE_ERROR)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        }
+    }
+}
