@@ -336,6 +336,90 @@ fn append_in_chunks(log: &mut PartitionLog, batches: &[ModelBatch], chunk: usize
     }
 }
 
+/// Writes `steps` (the first `flushed_fraction` of them flushed), damages
+/// one batch at or after the recovery point (cut inside it, or bytes
+/// flipped), reopens uncleanly, and checks that exactly the batches before
+/// the damaged one survive and that appends go on after them.
+fn check_recovery(
+    steps: &[Step],
+    segment_bytes: u64,
+    flushed_fraction: f64,
+    cut: bool,
+    where_frac: f64,
+    flips: &[u8],
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(segment_bytes);
+    let batches = build_batches(steps, 0);
+    let flushed = ((batches.len() as f64) * flushed_fraction) as usize;
+    let mut log = open(dir.path(), &config, 0, 0, false);
+    append_in_chunks(&mut log, &batches[..flushed], 3, false);
+    log.flush(0).unwrap();
+    let recovery_point = log.recovery_point();
+    append_in_chunks(&mut log, &batches[flushed..], 2, true);
+    let bases = log.segment_base_offsets();
+    drop(log); // crash: no clean close
+
+    // Lay the model batches out over segment files as the log did.
+    let seg_of = |b: &ModelBatch| *bases.iter().rev().find(|&&s| s <= b.base).unwrap();
+    let mut layout: Vec<(i64, usize, usize)> = Vec::new(); // (segment, position, len)
+    let mut pos_in: BTreeMap<i64, usize> = BTreeMap::new();
+    for b in &batches {
+        let s = seg_of(b);
+        let p = pos_in.entry(s).or_insert(0);
+        layout.push((s, *p, b.bytes.len()));
+        *p += b.bytes.len();
+    }
+    // Damage only what recovery scans: the segment holding the recovery
+    // point and later ones (flushed, sealed data below is trusted, as in Kafka).
+    let rp_segment = *bases.iter().rev().find(|&&s| s <= recovery_point).unwrap_or(&bases[0]);
+    let candidates: Vec<usize> = (0..batches.len()).filter(|&i| layout[i].0 >= rp_segment).collect();
+    prop_assume!(!candidates.is_empty());
+    let victim = candidates[((candidates.len() as f64) * where_frac) as usize % candidates.len()];
+    let (segment, position, len) = layout[victim];
+    let path = dir.path().join(format!("{segment:020}.log"));
+    let survivors: Vec<ModelBatch> = if cut {
+        // Cut the file strictly inside the victim batch. (A cut exactly at
+        // a batch boundary of a segment followed by another one leaves two
+        // well-formed segments with an offset gap between them, which is
+        // what compaction leaves too: no log format can tell them apart.
+        // It cannot happen here anyway: a segment is flushed when it rolls.)
+        let at = position + 1 + (len - 2) * flips[0] as usize / 255;
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(at as u64).unwrap();
+        batches[..victim].to_vec()
+    } else {
+        // Flip bytes inside the victim's CRC-covered part or its length or
+        // magic. baseOffset and partitionLeaderEpoch lie outside the CRC by
+        // the format's design, so a flip there is indistinguishable from
+        // valid data (for Kafka too) and is not a corruption this can see.
+        let mut data = std::fs::read(&path).unwrap();
+        for (k, f) in flips.iter().enumerate() {
+            let covered: Vec<usize> = (8..12).chain(16..17).chain(17..len).collect();
+            let off = covered[(k * 7919 + *f as usize * 31) % covered.len()];
+            data[position + off] ^= f | 1;
+        }
+        std::fs::write(&path, &data).unwrap();
+        batches[..victim].to_vec()
+    };
+    let log = open(dir.path(), &config, recovery_point, 0, false);
+    assert_log_matches(&log, &survivors, 0);
+    // The recovered log keeps accepting appends right after the prefix.
+    let mut log = log;
+    let more = build_batches(
+        &[Step::Data {
+            gap: 0,
+            records: 2,
+            value_bytes: 10,
+            epoch_bump: 0,
+            producer: None,
+        }],
+        log.log_end_offset(),
+    );
+    log.append(&concat(&more), 0).unwrap();
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -373,63 +457,7 @@ proptest! {
         where_frac in 0.0f64..1.0,
         flips in prop::collection::vec(any::<u8>(), 1..8),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let config = small_config(segment_bytes);
-        let batches = build_batches(&steps, 0);
-        let flushed = ((batches.len() as f64) * flushed_fraction) as usize;
-        let mut log = open(dir.path(), &config, 0, 0, false);
-        append_in_chunks(&mut log, &batches[..flushed], 3, false);
-        log.flush(0).unwrap();
-        let recovery_point = log.recovery_point();
-        append_in_chunks(&mut log, &batches[flushed..], 2, true);
-        let bases = log.segment_base_offsets();
-        drop(log); // crash: no clean close
-
-        // Lay the model batches out over segment files as the log did.
-        let seg_of = |b: &ModelBatch| *bases.iter().rev().find(|&&s| s <= b.base).unwrap();
-        let mut layout: Vec<(i64, usize, usize)> = Vec::new(); // (segment, position, len)
-        let mut pos_in: BTreeMap<i64, usize> = BTreeMap::new();
-        for b in &batches {
-            let s = seg_of(b);
-            let p = pos_in.entry(s).or_insert(0);
-            layout.push((s, *p, b.bytes.len()));
-            *p += b.bytes.len();
-        }
-        // Damage only what recovery scans: the segment holding the recovery
-        // point and later ones (flushed, sealed data below is trusted, as in Kafka).
-        let rp_segment = *bases.iter().rev().find(|&&s| s <= recovery_point).unwrap_or(&bases[0]);
-        let candidates: Vec<usize> = (0..batches.len()).filter(|&i| layout[i].0 >= rp_segment).collect();
-        prop_assume!(!candidates.is_empty());
-        let victim = candidates[((candidates.len() as f64) * where_frac) as usize % candidates.len()];
-        let (segment, position, len) = layout[victim];
-        let path = dir.path().join(format!("{segment:020}.log"));
-        let survivors: Vec<ModelBatch> = if cut {
-            // Cut the file somewhere inside the victim batch.
-            let at = position + (len - 1) * flips[0] as usize / 255;
-            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            file.set_len(at as u64).unwrap();
-            batches[..victim].to_vec()
-        } else {
-            // Flip bytes inside the victim's CRC-covered part or its length or
-            // magic. baseOffset and partitionLeaderEpoch lie outside the CRC by
-            // the format's design, so a flip there is indistinguishable from
-            // valid data (for Kafka too) and is not a corruption this can see.
-            let mut data = std::fs::read(&path).unwrap();
-            for (k, f) in flips.iter().enumerate() {
-                let covered: Vec<usize> = (8..12).chain(16..17).chain(17..len).collect();
-                let off = covered[(k * 7919 + *f as usize * 31) % covered.len()];
-                data[position + off] ^= f | 1;
-            }
-            std::fs::write(&path, &data).unwrap();
-            batches[..victim].to_vec()
-        };
-        let log = open(dir.path(), &config, recovery_point, 0, false);
-        assert_log_matches(&log, &survivors, 0);
-        // The recovered log keeps accepting appends right after the prefix.
-        let mut log = log;
-        let more = build_batches(&[Step::Data { gap: 0, records: 2, value_bytes: 10, epoch_bump: 0, producer: None }],
-            log.log_end_offset());
-        log.append(&concat(&more), 0).unwrap();
+        check_recovery(&steps, segment_bytes, flushed_fraction, cut, where_frac, &flips)?;
     }
 
     #[test]
@@ -729,4 +757,43 @@ fn unclean_reopen_of_a_healthy_log_reports_no_corruption() {
     assert_eq!(report.bytes_truncated, 0);
     assert_eq!(report.bytes_validated as usize, concat(&batches).len());
     assert_log_matches(&log, &batches, 0);
+}
+
+/// A case proptest found in CI (minimized): the cut fell exactly on a batch
+/// boundary of a sealed segment (see `check_recovery`); now it falls inside
+/// the batch and everything from there on is dropped.
+#[test]
+fn recovery_regression_cut_after_the_recovery_segment() {
+    let data = |gap, records, value_bytes, epoch_bump, producer| Step::Data {
+        gap,
+        records,
+        value_bytes,
+        epoch_bump,
+        producer,
+    };
+    let end = |producer, commit| Step::EndTxn { producer, commit };
+    let mut steps: Vec<Step> = (0..7).map(|_| data(0, 1, 0, 0, None)).collect();
+    steps.extend([
+        data(0, 1, 0, 0, Some((1, false))),
+        end(3, false),
+        end(1, true),
+        end(3, false),
+        data(0, 9, 473, 1, Some((3, true))),
+        data(0, 4, 504, 0, None),
+        data(0, 3, 297, 0, None),
+        data(2, 10, 478, 2, None),
+        data(0, 5, 289, 0, None),
+        end(2, false),
+        end(1, true),
+        data(0, 10, 254, 2, Some((1, false))),
+    ]);
+    check_recovery(
+        &steps,
+        4096,
+        0.7633793452807104,
+        true,
+        0.45555624067669487,
+        &[2, 35, 48, 230, 32, 121],
+    )
+    .unwrap();
 }
