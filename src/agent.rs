@@ -180,6 +180,7 @@ fn listener_settings(
         max_request_bytes: config.max_request_bytes,
         zero_copy: config.zero_copy,
         connections_max_idle: Duration::from_millis(config.connections_max_idle_ms),
+        accept: config.accept,
     };
     Ok((settings, identity, reservation))
 }

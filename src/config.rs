@@ -76,6 +76,10 @@ pub struct ListenerConfig {
     /// Close a connection that sends nothing for this long.
     #[serde(default = "default_connections_max_idle_ms")]
     pub connections_max_idle_ms: u64,
+    /// "each_shard" (SO_REUSEPORT) or "one_acceptor" (shard 0 hands
+    /// connections out in turn).
+    #[serde(default)]
+    pub accept: ringmirror_dataplane::serve::AcceptMode,
 }
 
 fn default_connections_max_idle_ms() -> u64 {

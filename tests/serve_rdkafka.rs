@@ -80,6 +80,17 @@ fn consume(bootstrap: &str, topic: &str, ends: &BTreeMap<i32, i64>, isolation: &
 
 #[test]
 fn librdkafka_reads_the_mirror_as_it_reads_the_source() {
+    reads_the_mirror_as_the_source("");
+}
+
+/// The same with shard 0 accepting every connection and handing them out.
+#[test]
+fn librdkafka_reads_the_mirror_through_one_acceptor() {
+    reads_the_mirror_as_the_source(r#"accept = "one_acceptor""#);
+}
+
+/// `listener` is extra TOML for the agent's `[listener]` table.
+fn reads_the_mirror_as_the_source(listener: &str) {
     let cluster = MockCluster::new(3).expect("mock cluster");
     cluster.create_topic("orders", 3, 1).expect("topic");
     let source = cluster.bootstrap_servers();
@@ -88,7 +99,13 @@ fn librdkafka_reads_the_mirror_as_it_reads_the_source() {
         .map(|p| (p, common::source_high_watermark(&source, "orders", p, DEADLINE)))
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(common::serving_mirror_config(dir.path(), &source, &["orders"], "")).expect("agent");
+    let agent = Agent::start(common::serving_mirror_config(
+        dir.path(),
+        &source,
+        &["orders"],
+        listener,
+    ))
+    .expect("agent");
     let mirror = agent.listener_addr().expect("listening").to_string();
     common::wait_mirrored(&agent, "orders", &ends, DEADLINE);
 

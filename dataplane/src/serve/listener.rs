@@ -10,18 +10,19 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
 use super::catalog::CatalogView;
 use super::fetch::FetchSession;
 use super::handlers;
-use super::registry::ShardAccess;
+use super::registry::{ShardAccess, ShardLinks};
 use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, decode_request};
 use crate::wire::EncodedFetchResponse;
 
@@ -34,6 +35,19 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Largest piece of a file copied per write on the copying path.
 const COPY_CHUNK_BYTES: usize = 1 << 20;
 
+/// How connections reach shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AcceptMode {
+    /// Every shard accepts on the port (SO_REUSEPORT): the kernel picks a
+    /// shard per connection by hashing its addresses.
+    #[default]
+    EachShard,
+    /// Shard 0 accepts every connection and hands them to the shards in
+    /// turn: even spread, one more hop per connection.
+    OneAcceptor,
+}
+
 #[derive(Debug, Clone)]
 pub struct ListenerSettings {
     pub addr: SocketAddr,
@@ -44,6 +58,7 @@ pub struct ListenerSettings {
     /// A connection that sends nothing for this long is closed (Kafka's
     /// `connections.max.idle.ms`), so stalled clients do not hold sockets.
     pub connections_max_idle: Duration,
+    pub accept: AcceptMode,
 }
 
 impl ListenerSettings {
@@ -53,6 +68,7 @@ impl ListenerSettings {
             max_request_bytes: MAX_REQUEST_BYTES_DEFAULT,
             zero_copy: true,
             connections_max_idle: CONNECTIONS_MAX_IDLE_DEFAULT,
+            accept: AcceptMode::EachShard,
         }
     }
 }
@@ -72,6 +88,39 @@ pub async fn run_listener(listener: TcpListener, settings: ListenerSettings, acc
                 glommio::timer::sleep(ACCEPT_ERROR_PAUSE).await;
             }
         }
+    }
+}
+
+/// The one-acceptor mode: accepts every connection on `listener` and hands
+/// them to the shards in turn, until the executor ends.
+pub async fn run_acceptor(listener: TcpListener, links: Arc<ShardLinks>) {
+    let mut next = 0;
+    loop {
+        match listener.shared_accept().await {
+            Ok(stream) => {
+                if !links.hand_off(next % links.shards(), stream).await {
+                    tracing::warn!(shard = next % links.shards(), "shard has ended; connection dropped");
+                }
+                next += 1;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(ACCEPT_ERROR_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// Serves the connections handed to this shard (the one-acceptor mode).
+pub async fn serve_handed_off(
+    handed: async_channel::Receiver<AcceptedTcpStream>,
+    settings: ListenerSettings,
+    access: ShardAccess,
+) {
+    let settings = Rc::new(settings);
+    while let Ok(stream) = handed.recv().await {
+        let conn = ClientConnection::new(stream.bind_to_executor(), Rc::clone(&settings), access.clone());
+        glommio::spawn_local(conn.serve()).detach();
     }
 }
 

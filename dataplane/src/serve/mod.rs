@@ -21,7 +21,10 @@ pub mod request;
 mod write;
 
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
-pub use listener::{CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_listener};
+pub use listener::{
+    AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_acceptor, run_listener,
+    serve_handed_off,
+};
 pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_listener::{Event, EventListener};
+use glommio::net::AcceptedTcpStream;
 
 use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
@@ -231,34 +232,54 @@ pub type ShardJob = Box<dyn FnMut(&Registry) -> bool + Send>;
 pub struct ShardLinks {
     jobs: Vec<async_channel::Sender<ShardJob>>,
     appended: Vec<Arc<Event>>,
+    /// Connections accepted elsewhere, for each shard to serve (the
+    /// one-acceptor mode).
+    handoff: Vec<async_channel::Sender<AcceptedTcpStream>>,
 }
 
 /// What one shard needs to take its end of the links.
 pub struct ShardLinkEnd {
     pub jobs: async_channel::Receiver<ShardJob>,
     pub appended: Arc<Event>,
+    pub handoff: async_channel::Receiver<AcceptedTcpStream>,
 }
 
 impl ShardLinks {
     pub fn new(shards: usize) -> (Arc<Self>, Vec<ShardLinkEnd>) {
         let mut jobs = Vec::with_capacity(shards);
         let mut appended = Vec::with_capacity(shards);
+        let mut handoff = Vec::with_capacity(shards);
         let mut ends = Vec::with_capacity(shards);
         for _ in 0..shards {
             let (tx, rx) = async_channel::unbounded();
+            let (handoff_tx, handoff_rx) = async_channel::unbounded();
             let event = Arc::new(Event::new());
             jobs.push(tx);
             appended.push(Arc::clone(&event));
+            handoff.push(handoff_tx);
             ends.push(ShardLinkEnd {
                 jobs: rx,
                 appended: event,
+                handoff: handoff_rx,
             });
         }
-        (Arc::new(Self { jobs, appended }), ends)
+        (
+            Arc::new(Self {
+                jobs,
+                appended,
+                handoff,
+            }),
+            ends,
+        )
     }
 
     pub fn shards(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// Gives an accepted connection to `shard` to serve.
+    pub async fn hand_off(&self, shard: usize, stream: AcceptedTcpStream) -> bool {
+        self.handoff[shard].send(stream).await.is_ok()
     }
 
     /// A listener for the next append on `shard` (create it before looking

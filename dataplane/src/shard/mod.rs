@@ -19,8 +19,8 @@ use crate::fetch::{MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, 
 use crate::log::{LogConfig, LogDir, TopicPartition};
 use crate::serve::registry::is_local_partition;
 use crate::serve::{
-    CatalogHandle, ListenerSettings, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks,
-    run_jobs, run_listener,
+    AcceptMode, CatalogHandle, ListenerSettings, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd,
+    ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
 };
 
 /// What one shard starts with.
@@ -157,17 +157,33 @@ pub fn spawn_shard(
                     links: serving.links,
                 };
                 // Bound here, before start-up is reported, so that clients
-                // can connect as soon as the agent says it is up.
-                match TcpListener::bind(settings.addr) {
+                // can connect as soon as the agent says it is up. The
+                // listener tasks end with the executor, after the logs close.
+                let accepts_here = settings.accept == AcceptMode::EachShard || index == 0;
+                let bound = if accepts_here {
+                    TcpListener::bind(settings.addr)
+                        .map(Some)
+                        .map_err(|e| format!("shard {index}: listen on {}: {e}", settings.addr))
+                } else {
+                    Ok(None)
+                };
+                match bound {
                     Ok(listener) => {
                         let _ = serving.ready.send(Ok(()));
-                        // Ends with the executor, after the logs are closed.
-                        glommio::spawn_local(run_listener(listener, settings, access)).detach();
+                        match (settings.accept, listener) {
+                            (AcceptMode::EachShard, Some(listener)) => {
+                                glommio::spawn_local(run_listener(listener, settings, access)).detach();
+                            }
+                            (_, listener) => {
+                                if let Some(listener) = listener {
+                                    glommio::spawn_local(run_acceptor(listener, Arc::clone(&access.links))).detach();
+                                }
+                                glommio::spawn_local(serve_handed_off(serving.end.handoff, settings, access)).detach();
+                            }
+                        }
                     }
                     Err(e) => {
-                        let _ = serving
-                            .ready
-                            .send(Err(format!("shard {index}: listen on {}: {e}", settings.addr)));
+                        let _ = serving.ready.send(Err(e));
                     }
                 }
             } else {
