@@ -18,10 +18,13 @@ for target in $(cargo fuzz list); do
   echo "fuzz: $target for ${seconds}s"
   cargo fuzz run -O "$target" -- -max_total_time="$seconds" -max_len=4096 -print_final_stats=0 2>&1 \
     | grep -E "^Done|ERROR|panicked|SUMMARY" || true
-  # libFuzzer leaves a crash-* file for any failure; fail loudly with it.
-  if compgen -G "artifacts/$target/crash-*" >/dev/null; then
-    echo "fuzz: $target crashed; reproduce with: RUSTC_BOOTSTRAP=1 cargo fuzz run $target artifacts/$target/crash-*" >&2
-    exit 1
-  fi
+  # libFuzzer leaves a crash-, oom-, leak- or timeout- file for any
+  # failure; fail loudly with it.
+  for kind in crash oom leak timeout; do
+    if compgen -G "artifacts/$target/$kind-*" >/dev/null; then
+      echo "fuzz: $target failed ($kind); reproduce with: RUSTC_BOOTSTRAP=1 cargo fuzz run $target artifacts/$target/$kind-*" >&2
+      exit 1
+    fi
+  done
 done
 echo "fuzz: 0 crashes"
