@@ -38,6 +38,9 @@ pub struct PartitionStatus {
     pub truncations: u32,
     /// Batches refused (bad CRC, bad framing) and fetched again.
     pub bad_batches: u64,
+    /// Set once mirroring has ended (failover): (local writes start at this
+    /// offset, at this leader epoch).
+    pub mirroring_ended: Option<(i64, i32)>,
 }
 
 pub type Status = BTreeMap<(String, TopicPartition), PartitionStatus>;
@@ -407,6 +410,31 @@ impl Agent {
         Ok(())
     }
 
+    /// Ends mirroring of every placed partition of `topic` (failover): each
+    /// leaves its fetcher, gets ABORT markers for transactions the source
+    /// left open and a MIRROR_PID_RESET at a bumped leader epoch, and
+    /// becomes local and writable. Returns at once; `status` shows each
+    /// partition's `mirroring_ended` when done. Discovery leaves them alone.
+    pub fn end_mirroring(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
+        let mut placement = self.placement.lock().expect("placement lock");
+        let placed: Vec<(TopicPartition, usize)> = placement
+            .iter()
+            .filter(|((m, tp), shard)| m == mirror && tp.topic == topic && shard.is_some())
+            .map(|((_, tp), shard)| (tp.clone(), shard.expect("filtered")))
+            .collect();
+        anyhow::ensure!(!placed.is_empty(), "{mirror:?} mirrors no partition of {topic:?}");
+        for (tp, shard) in &placed {
+            self.shards[*shard]
+                .send(ShardCommand::EndMirroring {
+                    mirror: mirror.to_owned(),
+                    tp: tp.clone(),
+                })
+                .map_err(anyhow::Error::msg)?;
+            placement.insert((mirror.to_owned(), tp.clone()), None);
+        }
+        Ok(placed.into_iter().map(|(tp, _)| tp).collect())
+    }
+
     /// A snapshot of every partition's progress.
     pub fn status(&self) -> Status {
         self.status.lock().expect("status lock").clone()
@@ -513,6 +541,18 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
         } => {
             tracing::warn!(mirror, %tp, offset, error, "bad batch from the source refused");
             status.entry((mirror, tp)).or_default().bad_batches += 1;
+        }
+        ShardEvent::MirrorEnded {
+            mirror,
+            tp,
+            log_end_offset,
+            leader_epoch,
+            aborted_transactions,
+        } => {
+            tracing::info!(mirror, %tp, log_end_offset, leader_epoch, aborted_transactions, "mirroring ended; writable");
+            let s = status.entry((mirror, tp)).or_default();
+            s.log_end_offset = log_end_offset;
+            s.mirroring_ended = Some((log_end_offset, leader_epoch));
         }
         ShardEvent::CommandFailed { mirror, tp, error } => {
             tracing::error!(mirror, %tp, error, "command failed");

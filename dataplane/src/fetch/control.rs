@@ -22,6 +22,9 @@ pub enum MirrorCommand {
     /// Fetch again, after a pause or a stop (such as an exceeded epoch):
     /// the partition is placed afresh with the source's current epoch.
     Resume(TopicPartition),
+    /// End mirroring (failover): the partition leaves its fetcher, gets
+    /// the closing markers and becomes local and writable; its log stays open.
+    End(TopicPartition),
     /// Hand every partition back for closing.
     Stop,
 }
@@ -34,6 +37,7 @@ pub(crate) enum Directive {
     Pause,
     Resume,
     Remove,
+    End,
 }
 
 pub(crate) type Directives = Rc<RefCell<HashMap<TopicPartition, Directive>>>;

@@ -42,6 +42,15 @@ pub enum ShardEvent {
         recovery_point: i64,
         log_start_offset: i64,
     },
+    /// Mirroring ended (failover): the partition is local and writable
+    /// from `log_end_offset` on, at `leader_epoch`.
+    MirrorEnded {
+        mirror: String,
+        tp: TopicPartition,
+        log_end_offset: i64,
+        leader_epoch: i32,
+        aborted_transactions: usize,
+    },
     /// A command could not be carried out.
     CommandFailed {
         mirror: String,

@@ -114,6 +114,8 @@ pub(crate) enum ReturnReason {
     Stopping,
     /// The control plane removed it.
     Removed,
+    /// The control plane ended its mirroring (failover).
+    Ended,
     /// The control plane resumed it: place it again with fresh metadata.
     Resumed,
 }
@@ -255,6 +257,10 @@ impl Fetcher {
                 Some(Directive::Remove) => {
                     let p = partitions.swap_remove(i);
                     self.give_back(p, ReturnReason::Removed);
+                }
+                Some(Directive::End) => {
+                    let p = partitions.swap_remove(i);
+                    self.give_back(p, ReturnReason::Ended);
                 }
             }
         }

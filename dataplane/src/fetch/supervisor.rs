@@ -102,6 +102,8 @@ struct Supervisor {
     metadata: Option<SourceMetadata>,
     appended: Arc<Event>,
     registry: Rc<Registry>,
+    /// The source's cluster id, from its metadata (for MIRROR_PID_RESET).
+    source_cluster_id: Option<String>,
 }
 
 /// Runs one mirror's partitions on this shard until a [`MirrorCommand::Stop`]
@@ -131,6 +133,7 @@ pub async fn run_mirror(
         metadata: None,
         appended: Arc::clone(registry.appended()),
         registry,
+        source_cluster_id: None,
     };
     let mut meta_conn: Option<Connection> = None;
     let mut last_refresh_ms = 0u64;
@@ -148,6 +151,9 @@ pub async fn run_mirror(
                 Ok(m) => {
                     metadata_failures = 0;
                     last_refresh_ms = now_ms();
+                    if m.cluster_id.is_some() {
+                        s.source_cluster_id.clone_from(&m.cluster_id);
+                    }
                     s.metadata = Some(m);
                 }
                 Err(e) => {
@@ -193,6 +199,10 @@ impl Supervisor {
                 MirrorCommand::Remove(tp) => match self.take_pending(&tp) {
                     Some(p) => self.close_removed(p),
                     None => self.direct(tp, Directive::Remove),
+                },
+                MirrorCommand::End(tp) => match self.take_pending(&tp) {
+                    Some(p) => self.end_mirroring(p),
+                    None => self.direct(tp, Directive::End),
                 },
                 MirrorCommand::Pause(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
                     Some(p) => p.partition.paused = true,
@@ -247,12 +257,40 @@ impl Supervisor {
         }
     }
 
+    /// Ends mirroring of a partition no fetcher holds any more.
+    fn end_mirroring(&self, partition: MirrorPartition) {
+        let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
+        drop(partition);
+        let cluster_id = self.source_cluster_id.clone().unwrap_or_default();
+        match self.registry.end_mirroring(&tp, &cluster_id) {
+            Ok((ended, leader_epoch)) => {
+                tracing::info!(mirror, %tp, ?ended, leader_epoch, "mirroring ended; the partition is writable");
+                self.event(ShardEvent::MirrorEnded {
+                    mirror,
+                    tp,
+                    log_end_offset: ended.log_end_offset,
+                    leader_epoch,
+                    aborted_transactions: ended.aborted_transactions,
+                });
+            }
+            Err(error) => self.event(ShardEvent::CommandFailed {
+                mirror,
+                tp,
+                error: format!("end mirroring: {error}"),
+            }),
+        }
+    }
+
     fn take_returns(&mut self) {
         let returned: Vec<Returned> = self.returns.borrow_mut().drain(..).collect();
         for Returned { mut partition, reason } in returned {
             let retry_at_ms = match reason {
                 ReturnReason::Removed => {
                     self.close_removed(partition);
+                    continue;
+                }
+                ReturnReason::Ended => {
+                    self.end_mirroring(partition);
                     continue;
                 }
                 ReturnReason::Resumed => {

@@ -15,6 +15,7 @@
 
 mod checkpoint;
 mod config;
+mod end_mirroring;
 mod epoch_cache;
 mod error;
 mod files;
@@ -27,6 +28,7 @@ mod segment;
 mod txn_index;
 
 pub use config::LogConfig;
+pub use end_mirroring::EndedMirroring;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use error::LogError;
 pub use log_dir::{LogDir, OffsetCheckpoints, TopicPartition};

@@ -43,7 +43,9 @@ pub struct TopicEntry {
     pub name: String,
     pub id: [u8; 16],
     pub partitions: BTreeMap<i32, PartitionEntry>,
-    /// The mirror that writes this topic; `None` for a local (writable) topic.
+    /// The mirror that writes this topic (as of its latest registered
+    /// partition); `None` for a local topic. Writability is decided per
+    /// partition, by the owning shard.
     pub mirror: Option<String>,
 }
 
@@ -96,9 +98,9 @@ impl Catalog {
             partitions: BTreeMap::new(),
             mirror: mirror.map(str::to_owned),
         });
-        if mirror.is_some() {
-            entry.mirror = mirror.map(str::to_owned);
-        }
+        // The latest registration says who writes the topic now (a mirror
+        // topic whose mirroring ended becomes local).
+        entry.mirror = mirror.map(str::to_owned);
         entry.partitions.insert(partition, PartitionEntry { shard });
         self.names_by_id.insert(entry.id, topic.to_owned());
     }

@@ -85,6 +85,26 @@ pub struct Registry {
 /// this agent, writable) rather than mirrored data.
 pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
 
+/// A file in a partition directory saying that mirroring is being ended
+/// there (it holds the source cluster id); a start-up that finds it
+/// finishes the job.
+pub const ENDING_MIRROR_MARKER: &str = "ringmirror-ending-mirror";
+
+/// The source cluster id in an interrupted end of mirroring, if any.
+pub fn ending_mirror(log_dir: &LogDir, tp: &TopicPartition) -> Option<String> {
+    std::fs::read_to_string(log_dir.partition_dir(tp).join(ENDING_MIRROR_MARKER)).ok()
+}
+
+/// Writes `name` (with `content`) into the partition's directory durably.
+fn write_marker(dir: &std::path::Path, name: &str, content: &str) -> Result<(), String> {
+    use std::io::Write;
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(content.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::File::open(dir)?.sync_all())
+        .map_err(|e| format!("write {}: {e}", path.display()))
+}
+
 /// Whether a partition directory holds a local topic's partition.
 pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
     log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER).exists()
@@ -141,12 +161,45 @@ impl Registry {
             .log_dir
             .open_partition(tp, Some(topic_id), self.log_config, now_ms())
             .map_err(|e| e.to_string())?;
-        let marker = self.log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER);
-        std::fs::File::create(&marker)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| format!("write {}: {e}", marker.display()))?;
+        write_marker(&self.log_dir.partition_dir(tp), LOCAL_TOPIC_MARKER, "")?;
         self.register(tp.clone(), ServedPartition::new(log, None));
         Ok(())
+    }
+
+    /// Ends mirroring of a partition whose fetcher has let it go (failover):
+    /// the destination leader epoch is bumped, open transactions are
+    /// aborted and a MIRROR_PID_RESET written at that epoch (see
+    /// `PartitionLog::end_mirroring`), and the partition becomes local and
+    /// writable. Every step is idempotent and a marker file records the
+    /// job until it is done, so a crash at any point is finished at the
+    /// next start. Returns what was appended and the new leader epoch.
+    pub fn end_mirroring(
+        &self,
+        tp: &TopicPartition,
+        source_cluster_id: &str,
+    ) -> Result<(crate::log::EndedMirroring, i32), String> {
+        let served = self.get(tp).ok_or("not open on this shard")?;
+        let dir = self.log_dir.partition_dir(tp);
+        write_marker(&dir, ENDING_MIRROR_MARKER, source_cluster_id)?;
+        let mut log = served.log.try_borrow_mut().map_err(|_| "the log is busy")?;
+        let latest = log.epoch_cache().latest().map_or(0, |e| e.epoch);
+        let epoch = served.leader_epoch.get().max(latest) + 1;
+        let ended = log
+            .end_mirroring(epoch, source_cluster_id, now_ms())
+            .map_err(|e| e.to_string())?;
+        drop(log);
+        served.observe_epoch(epoch);
+        write_marker(&dir, LOCAL_TOPIC_MARKER, "")?;
+        let _ = std::fs::remove_file(dir.join(ENDING_MIRROR_MARKER));
+        self.register(
+            tp.clone(),
+            Rc::new(ServedPartition {
+                log: Rc::clone(&served.log),
+                mirror: None,
+                leader_epoch: served.leader_epoch.clone(),
+            }),
+        );
+        Ok((ended, epoch))
     }
 
     /// Starts serving a partition: it is in the registry and the catalog.

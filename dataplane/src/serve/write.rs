@@ -106,28 +106,13 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
         .collect();
     for (ti, t) in request.topic_data.iter().enumerate() {
         let entry = catalog.topic(&t.name.0);
+        // Whether a partition is writable is decided on its shard (a mirror
+        // partition becomes writable when its mirroring ends).
         for (pi, p) in t.partition_data.iter().enumerate() {
-            let answer = &mut answers[ti][pi];
-            match entry {
-                None => {}
-                Some(e) if e.mirror.is_some() => {
-                    *answer = (ec::READ_ONLY_TOPIC, -1, -1, Some("mirror topics are read-only".into()));
-                }
-                Some(_) if transactional => {
-                    *answer = (
-                        ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                        -1,
-                        -1,
-                        Some("transactions are not supported at this agent".into()),
-                    );
-                }
-                Some(e) => {
-                    if let Some(owner) = e.partitions.get(&p.index) {
-                        let tp = TopicPartition::new(e.name.clone(), p.index);
-                        let batch = p.records.clone().unwrap_or_default();
-                        work.entry(owner.shard).or_default().push((ti, pi, tp, batch));
-                    }
-                }
+            if let Some((e, owner)) = entry.and_then(|e| Some((e, e.partitions.get(&p.index)?))) {
+                let tp = TopicPartition::new(e.name.clone(), p.index);
+                let batch = p.records.clone().unwrap_or_default();
+                work.entry(owner.shard).or_default().push((ti, pi, tp, batch));
             }
         }
     }
@@ -143,7 +128,13 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
                         continue;
                     };
                     if partition.mirror.is_some() {
-                        out.push((*ti, *pi, (ec::READ_ONLY_TOPIC, -1, -1, None)));
+                        let why = Some("mirror topics are read-only".to_string());
+                        out.push((*ti, *pi, (ec::READ_ONLY_TOPIC, -1, -1, why)));
+                        continue;
+                    }
+                    if transactional {
+                        let why = Some("transactions are not supported at this agent".to_string());
+                        out.push((*ti, *pi, (ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1, why)));
                         continue;
                     }
                     let Ok(mut log) = partition.log.try_borrow_mut() else {

@@ -17,7 +17,7 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 
 use crate::fetch::{MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, run_mirror};
 use crate::log::{LogConfig, LogDir, TopicPartition};
-use crate::serve::registry::is_local_partition;
+use crate::serve::registry::{ending_mirror, is_local_partition};
 use crate::serve::{
     AcceptMode, CatalogHandle, ListenerSettings, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd,
     ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
@@ -71,6 +71,11 @@ pub enum ShardCommand {
     },
     /// Fetch again after a pause or a stop (e.g. once the destination epoch was bumped).
     Resume {
+        mirror: String,
+        tp: TopicPartition,
+    },
+    /// End mirroring (failover): the partition becomes local and writable.
+    EndMirroring {
         mirror: String,
         tp: TopicPartition,
     },
@@ -234,7 +239,9 @@ impl Shard {
                 ShardCommand::ServePartition { tp } => {
                     let mirror = (!is_local_partition(&self.log_dir, &tp)).then(|| UNCLAIMED_MIRROR.to_string());
                     if self.registry.get(&tp).is_none()
-                        && let Err(e) = self.open(&tp, None, mirror)
+                        && let Err(e) = self
+                            .open(&tp, None, mirror)
+                            .and_then(|_| self.finish_interrupted_end(&tp))
                     {
                         let _ = self.events.try_send(ShardEvent::CommandFailed {
                             mirror: UNCLAIMED_MIRROR.into(),
@@ -251,6 +258,7 @@ impl Shard {
                 ShardCommand::RemovePartition { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Remove(tp)),
                 ShardCommand::Pause { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Pause(tp)),
                 ShardCommand::Resume { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Resume(tp)),
+                ShardCommand::EndMirroring { mirror, tp } => (mirror, tp.clone(), MirrorCommand::End(tp)),
             };
             match self.mirrors.get(&mirror) {
                 Some(m) => m.inbox.borrow_mut().push_back(command),
@@ -285,6 +293,16 @@ impl Shard {
         Ok(served)
     }
 
+    /// Completes an end of mirroring that a crash interrupted.
+    fn finish_interrupted_end(&self, tp: &TopicPartition) -> Result<(), String> {
+        let Some(cluster_id) = ending_mirror(&self.log_dir, tp) else {
+            return Ok(());
+        };
+        let (ended, epoch) = self.registry.end_mirroring(tp, &cluster_id)?;
+        tracing::info!(partition = %tp, ?ended, epoch, "finished ending mirroring, interrupted before");
+        Ok(())
+    }
+
     fn add_partition(&mut self, settings: MirrorSettings, key: PartitionKey) {
         let topic_id = (key.topic_id != [0; 16]).then_some(key.topic_id);
         let served = match self.registry.get(&key.tp) {
@@ -294,8 +312,12 @@ impl Shard {
                 self.registry.register(key.tp.clone(), Rc::clone(&claimed));
                 claimed
             }
+            Some(served) if served.mirror.is_none() => {
+                tracing::info!(partition = %key, "a local topic now (its mirroring ended, or it was created here): not mirroring it");
+                return;
+            }
             Some(_) => {
-                let error = "already mirrored or written locally".to_string();
+                let error = "already mirrored by another mirror".to_string();
                 let _ = self.events.try_send(ShardEvent::CommandFailed {
                     mirror: key.mirror,
                     tp: key.tp,
