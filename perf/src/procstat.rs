@@ -65,6 +65,25 @@ pub fn read(pid: u32) -> std::io::Result<ProcStat> {
     parse_stat(&text).ok_or_else(|| std::io::Error::other("cannot parse /proc/<pid>/stat"))
 }
 
+/// Every live thread of process `pid`: its name (`comm`) and counters.
+pub fn read_threads(pid: u32) -> std::io::Result<Vec<(String, ProcStat)>> {
+    let mut threads = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let task = entry?.path();
+        // A thread that exits between the listing and these reads is skipped.
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(task.join("comm")),
+            std::fs::read_to_string(task.join("stat")),
+        ) else {
+            continue;
+        };
+        if let Some(stat) = parse_stat(&stat) {
+            threads.push((comm.trim().to_string(), stat));
+        }
+    }
+    Ok(threads)
+}
+
 /// Busy (non-idle, non-iowait) CPU time of the whole machine, from `/proc/stat`.
 pub fn machine_busy() -> Duration {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -119,5 +138,12 @@ mod tests {
     fn reads_this_process() {
         let s = read(0).unwrap();
         assert!(s.minflt > 0);
+    }
+
+    #[test]
+    fn reads_this_process_threads_by_name() {
+        let threads = read_threads(std::process::id()).unwrap();
+        assert!(!threads.is_empty());
+        assert!(threads.iter().all(|(name, _)| !name.is_empty()));
     }
 }

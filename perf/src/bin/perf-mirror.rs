@@ -44,9 +44,19 @@
 //!   produced into it before the timed read.
 //! * `synthetic-consume-mockdata` — the synthetic source serving the mock's
 //!   dataset, to tell the mock's cost from that dataset's shape.
+//! * `serve-2c-each-shard`, `serve-2c-one-acceptor` — the agent with 2 shards
+//!   (one per core here; "2c") and `[listener] accept = "each_shard"` or
+//!   `"one_acceptor"`, read by `--serve-consumers` rdkafka consumers at once,
+//!   each reading everything. Both CPUs run a shard, so the consumers are not
+//!   pinned: they share the CPUs with the agent. The agent logs every client
+//!   connection with the shard serving it; each consumer reports how many
+//!   bytes each of its connections received, so the harness tells which shard
+//!   served the connection that carried its records (librdkafka also opens
+//!   connections that carry none: bootstrap, group coordinator).
 //!
-//! Their window is the consumer's: from its first message to its last; the
-//! consumer must see exactly the dataset's records and value bytes.
+//! Their window is the consumers': from the first message any consumer gets
+//! to the last; each consumer must see exactly the dataset's records and
+//! value bytes.
 //!
 //! The window measured is the same for all: from the source's first Fetch
 //! request to completion (the source saw every partition fetched at its end
@@ -75,6 +85,7 @@ use kafka_protocol::protocol::StrBytes;
 use ringmirror_dataplane::batch::{BatchIter, Validation, validate_batches};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::fetch_source_metadata;
+use ringmirror_dataplane::serve::AcceptMode;
 use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
 use ringmirror_perf::dataset::{Dataset, DatasetSpec};
 use ringmirror_perf::procstat::{self, ProcStat};
@@ -91,6 +102,12 @@ const SERVER_CPU: usize = 0;
 const MOCK_PARTITION_MAX_BYTES: u64 = 5 << 20;
 /// How long a server may take to start listening.
 const SERVER_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The agent's shards in the `serve-2c-*` scenarios: one per core of the
+/// 2-CPU machine these were written for.
+const SERVE_MANY_SHARDS: usize = 2;
+/// The agent's log filter in the serving scenarios: its default plus the
+/// listener's debug lines, which name the shard serving each connection.
+const AGENT_SERVE_LOG_FILTER: &str = "warn,ringmirror=info,ringmirror_dataplane::serve::listener=debug";
 const DEFAULT_SCENARIOS: &str = "discard-read,discard-unaligned,discard-crc,discard-skip,segment-inline,segment-ahead,segment-pwrite,\
      mirror-1,mirror-1-copy,mirror-2,rdkafka-consume,rdkafka-mirror";
 
@@ -172,6 +189,9 @@ struct Args {
     /// mock-consume: KiB of batches per partition (the mock keeps at most 5 MiB).
     #[arg(long, default_value_t = 4096)]
     mock_partition_kib: u64,
+    /// serve-2c-*: rdkafka consumers reading at once, each reading everything.
+    #[arg(long, default_value_t = 2)]
+    serve_consumers: usize,
 }
 
 #[derive(Subcommand)]
@@ -787,7 +807,62 @@ fn child_rdkafka(a: &RdkafkaArgs) -> anyhow::Result<()> {
         producer.flush(Duration::from_secs(120)).context("flush producer")?;
     }
     println!("done {bytes} {messages}");
+    // After "done", so outside the window; while the consumer still holds
+    // its connections.
+    let server_port = a.addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
+    let conns: Vec<String> = server_port
+        .map(tcp_connections_to)
+        .unwrap_or_default()
+        .iter()
+        .map(|(port, received)| format!("{port}:{received}"))
+        .collect();
+    println!("conns {}", conns.join(" "));
     Ok(())
+}
+
+/// A consumer's connections to its server: (local port, bytes received).
+type Conns = Vec<(u16, u64)>;
+
+/// This process's IPv4 TCP connections to port `server_port`, from its open
+/// descriptors.
+fn tcp_connections_to(server_port: u16) -> Conns {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for fd in fds
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let (Some(local), Some(peer)) = (inet_port(fd, libc::getsockname), inet_port(fd, libc::getpeername)) else {
+            continue;
+        };
+        if peer != server_port {
+            continue;
+        }
+        // SAFETY: a zeroed tcp_info is valid; getsockopt writes at most `len` bytes into it.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&raw mut info).cast(), &mut len) };
+        if rc == 0 {
+            found.push((local, info.tcpi_bytes_received));
+        }
+    }
+    found
+}
+
+/// The port of `fd`'s local or peer address (`get`: getsockname or
+/// getpeername), if `fd` is an IPv4 socket.
+fn inet_port(
+    fd: i32,
+    get: unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int,
+) -> Option<u16> {
+    // SAFETY: a zeroed sockaddr_in is valid; `get` writes at most `len` bytes
+    // into it and fails on descriptors that are not sockets.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let rc = unsafe { get(fd, (&raw mut addr).cast(), &mut len) };
+    (rc == 0 && addr.sin_family == libc::AF_INET as libc::sa_family_t).then(|| u16::from_be(addr.sin_port))
 }
 
 fn child_mock(a: &MockArgs) -> anyhow::Result<()> {
@@ -824,8 +899,10 @@ enum Scenario {
 /// What serves the consumer of a serving scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Server {
-    /// `ringmirror run` with a `[listener]` and no mirror.
+    /// `ringmirror run` with a `[listener]` and no mirror, 1 shard.
     Agent { zero_copy: bool },
+    /// The same with `SERVE_MANY_SHARDS` shards, read by several consumers.
+    AgentShards { accept: AcceptMode },
     /// The synthetic source, serving the main dataset or the mock's.
     Synthetic { mock_data: bool },
     /// librdkafka's mock cluster in a helper process.
@@ -846,6 +923,12 @@ impl Scenario {
             "rdkafka-mirror" => Self::Rdkafka { produce: true },
             "serve-zero-copy" => Self::Consume(Server::Agent { zero_copy: true }),
             "serve-copy" => Self::Consume(Server::Agent { zero_copy: false }),
+            "serve-2c-each-shard" => Self::Consume(Server::AgentShards {
+                accept: AcceptMode::EachShard,
+            }),
+            "serve-2c-one-acceptor" => Self::Consume(Server::AgentShards {
+                accept: AcceptMode::OneAcceptor,
+            }),
             "synthetic-consume" => Self::Consume(Server::Synthetic { mock_data: false }),
             "synthetic-consume-mockdata" => Self::Consume(Server::Synthetic { mock_data: true }),
             "mock-consume" => Self::Consume(Server::Mock),
@@ -879,6 +962,12 @@ impl Scenario {
             Self::Rdkafka { produce: true } => "rdkafka-mirror".into(),
             Self::Consume(Server::Agent { zero_copy: true }) => "serve-zero-copy".into(),
             Self::Consume(Server::Agent { zero_copy: false }) => "serve-copy".into(),
+            Self::Consume(Server::AgentShards {
+                accept: AcceptMode::EachShard,
+            }) => "serve-2c-each-shard".into(),
+            Self::Consume(Server::AgentShards {
+                accept: AcceptMode::OneAcceptor,
+            }) => "serve-2c-one-acceptor".into(),
             Self::Consume(Server::Synthetic { mock_data: false }) => "synthetic-consume".into(),
             Self::Consume(Server::Synthetic { mock_data: true }) => "synthetic-consume-mockdata".into(),
             Self::Consume(Server::Mock) => "mock-consume".into(),
@@ -912,6 +1001,12 @@ impl Scenario {
             Self::Consume(Server::Agent { zero_copy: false }) => {
                 "same, zero_copy = false: records pread into a buffer, then written"
             }
+            Self::Consume(Server::AgentShards {
+                accept: AcceptMode::EachShard,
+            }) => "ringmirror run, 2 shards, sendfile, accept = each_shard: every shard accepts (SO_REUSEPORT)",
+            Self::Consume(Server::AgentShards {
+                accept: AcceptMode::OneAcceptor,
+            }) => "same, accept = one_acceptor: shard 0 accepts and hands connections out in turn",
             Self::Consume(Server::Synthetic { mock_data: false }) => {
                 "synthetic source, records written from memory with writev (the fastest server)"
             }
@@ -933,17 +1028,31 @@ struct Measured {
     /// Busy CPU of the machine outside the measured child, the server and
     /// this harness (kernel writeback threads, other users of the machine).
     others_cpu: Duration,
-    /// Serving scenarios: the server's CPU (`stat` is then the consumer's).
+    /// Serving scenarios: the server's CPU (`stat` is then the consumers').
     server: Option<ServerCpu>,
+    /// Serving from the agent: which shards served the connections.
+    spread: Option<Spread>,
 }
 
-/// CPU of the server a consumer read from, over the window.
-#[derive(Debug, Clone, Copy)]
+/// CPU of the server the consumers read from, over the window.
+#[derive(Debug, Clone)]
 struct ServerCpu {
     cpu: Duration,
     /// The user/system split, when the server is a process of its own (agent,
     /// mock); the synthetic source's threads only count their total.
     stat: Option<ProcStat>,
+    /// The agent's shard threads' CPU, by shard; empty for other servers.
+    shards: Vec<Duration>,
+}
+
+/// Where an agent served its client connections (from its debug log).
+#[derive(Debug, Clone)]
+struct Spread {
+    /// Connections each shard served; the harness's readiness probe is left out.
+    connections: Vec<usize>,
+    /// Per consumer: the shard that served its connection with the most bytes
+    /// received (the one its Fetch requests went on), if the log names it.
+    fetch_shards: Vec<Option<usize>>,
 }
 
 impl Measured {
@@ -957,7 +1066,42 @@ impl Measured {
         self.stat.minflt as f64 / (self.bytes as f64 / 1e9)
     }
     fn server_cpu_s_per_gb(&self) -> Option<f64> {
-        self.server.map(|s| s.cpu.as_secs_f64() / (self.bytes as f64 / 1e9))
+        self.server
+            .as_ref()
+            .map(|s| s.cpu.as_secs_f64() / (self.bytes as f64 / 1e9))
+    }
+    /// The agent's shard threads' CPU per GB served, "shard 0 / shard 1 / …".
+    fn shard_cpu_s_per_gb(&self) -> String {
+        let shards = self.server.as_ref().map_or(&[][..], |s| &s.shards[..]);
+        let per_gb: Vec<String> = shards
+            .iter()
+            .map(|cpu| format!("{:.3}", cpu.as_secs_f64() / (self.bytes as f64 / 1e9)))
+            .collect();
+        per_gb.join(" / ")
+    }
+}
+
+impl Spread {
+    /// Connections per shard, "shard 0 / shard 1 / …".
+    fn per_shard(&self) -> String {
+        let counts: Vec<String> = self.connections.iter().map(usize::to_string).collect();
+        counts.join(" / ")
+    }
+
+    /// The consumers' Fetch connections per shard, "shard 0 / shard 1 / …",
+    /// and how many the log did not name.
+    fn fetch_per_shard(&self) -> String {
+        let mut counts = vec![0; self.connections.len()];
+        for shard in self.fetch_shards.iter().flatten() {
+            counts[*shard] += 1;
+        }
+        let counts: Vec<String> = counts.iter().map(usize::to_string).collect();
+        let unknown = self.fetch_shards.iter().filter(|s| s.is_none()).count();
+        if unknown > 0 {
+            format!("{} ({unknown} not found)", counts.join(" / "))
+        } else {
+            counts.join(" / ")
+        }
     }
 }
 
@@ -976,6 +1120,8 @@ struct Watched {
     perf_control: Option<std::fs::File>,
     /// The child's stdout lines, with when each arrived.
     lines: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// The thread collecting `lines`; it ends when the child's stdout closes.
+    reader: Option<std::thread::JoinHandle<()>>,
     log: PathBuf,
 }
 
@@ -988,6 +1134,15 @@ impl Watched {
             .iter()
             .find(|(_, l)| l.starts_with(prefix))
             .cloned()
+    }
+
+    /// The first line starting with `prefix` once the child has exited and
+    /// all it printed has been read.
+    fn last_words(&mut self, prefix: &str) -> Option<String> {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.line(prefix).map(|(_, line)| line)
     }
 
     /// Waits for a line starting with `prefix`; fails if the child exits first.
@@ -1019,7 +1174,7 @@ fn spawn_watched(mut cmd: Command, log: &Path) -> anyhow::Result<Watched> {
     let stdout = child.stdout.take().expect("piped");
     let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
     let seen = Arc::clone(&lines);
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             seen.lock().expect("lines lock").push((Instant::now(), line));
         }
@@ -1029,6 +1184,7 @@ fn spawn_watched(mut cmd: Command, log: &Path) -> anyhow::Result<Watched> {
         perf_control: None,
         child,
         lines,
+        reader: Some(reader),
         log: log.to_path_buf(),
     })
 }
@@ -1109,6 +1265,7 @@ fn measure(
                     .saturating_sub(stat.cpu())
                     .saturating_sub(own),
                 server: None,
+                spread: None,
             });
         }
         if exited_unreaped(w.child.id()) {
@@ -1145,79 +1302,138 @@ impl ServerProbe<'_> {
             Self::Source(source) => ServerCpu {
                 cpu: source.stats().cpu,
                 stat: None,
+                shards: Vec::new(),
             },
             Self::Process(pid) => {
                 let stat = procstat::read(*pid).context("the server exited")?;
+                let mut shards = Vec::new();
+                // glommio names every thread of a shard (its executor and its
+                // helper threads) `shard-<i>-<executor id>`.
+                for (name, thread) in procstat::read_threads(*pid)? {
+                    let shard = name.strip_prefix("shard-").and_then(|rest| rest.split('-').next());
+                    if let Some(i) = shard.and_then(|i| i.parse::<usize>().ok()) {
+                        if shards.len() <= i {
+                            shards.resize(i + 1, Duration::ZERO);
+                        }
+                        shards[i] += thread.cpu();
+                    }
+                }
                 ServerCpu {
                     cpu: stat.cpu(),
                     stat: Some(stat),
+                    shards,
                 }
             }
         })
     }
 }
 
-/// Waits for a consumer child's window — its first message ("first") to its
-/// last ("done") — and samples the consumer, the server and the machine at
-/// both ends. The window is the consumer's because neither the agent nor the
+impl ServerCpu {
+    /// What was used between `earlier` and `self`.
+    fn since(&self, earlier: &ServerCpu) -> ServerCpu {
+        ServerCpu {
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            stat: self.stat.zip(earlier.stat).map(|(b, a)| b.since(&a)),
+            shards: self
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b.saturating_sub(earlier.shards.get(i).copied().unwrap_or_default()))
+                .collect(),
+        }
+    }
+}
+
+/// Waits for the consumer children's window — the first message any of them
+/// gets ("first") to the last one's last ("done") — and samples the server
+/// and the machine at both ends, and each consumer at the start and at its
+/// own "done". The window is the consumers' because neither the agent nor the
 /// mock can say when their first Fetch came in.
-fn measure_consumer(w: &mut Watched, server: &ServerProbe, bytes: u64, timeout: Duration) -> anyhow::Result<Measured> {
+fn measure_consumers(
+    consumers: &mut [Watched],
+    server: &ServerProbe,
+    bytes: u64,
+    timeout: Duration,
+) -> anyhow::Result<Measured> {
     let deadline = Instant::now() + timeout;
-    let mut start: Option<(Instant, ProcStat, ServerCpu, ProcStat, Duration)> = None;
+    let mut start: Option<(Instant, Vec<ProcStat>, ServerCpu, ProcStat, Duration)> = None;
+    let mut ends: Vec<Option<(Instant, ProcStat)>> = vec![None; consumers.len()];
     loop {
         if start.is_none()
-            && let Some((first, _)) = w.line("first")
+            && let Some(first) = consumers.iter().filter_map(|w| w.line("first")).map(|(t, _)| t).min()
         {
+            let stats = consumers
+                .iter()
+                .map(|w| procstat::read(w.pid))
+                .collect::<std::io::Result<_>>()?;
             start = Some((
                 first,
-                procstat::read(w.pid)?,
+                stats,
                 server.sample()?,
                 procstat::read(0)?,
                 procstat::machine_busy(),
             ));
         }
-        if let (Some((done_at, _)), Some((first, stat0, server0, own0, busy0))) = (w.line("done"), start) {
-            let stat = procstat::read(w.pid)
-                .context("the consumer exited before it could be sampled")?
-                .since(&stat0);
-            let server1 = server.sample()?;
-            let own = procstat::read(0)?.since(&own0).cpu();
-            let busy = procstat::machine_busy().saturating_sub(busy0);
-            let server_cpu = ServerCpu {
-                cpu: server1.cpu.saturating_sub(server0.cpu),
-                stat: server1.stat.zip(server0.stat).map(|(b, a)| b.since(&a)),
-            };
-            // The synthetic source's CPU is part of this process's.
-            let outside = match server {
-                ServerProbe::Source(_) => Duration::ZERO,
-                ServerProbe::Process(_) => server_cpu.cpu,
-            };
-            return Ok(Measured {
-                wall: done_at.saturating_duration_since(first),
-                bytes,
-                stat,
-                source_cpu: own,
-                others_cpu: busy
-                    .saturating_sub(stat.cpu())
-                    .saturating_sub(own)
-                    .saturating_sub(outside),
-                server: Some(server_cpu),
-            });
-        }
-        if exited_unreaped(w.child.id()) {
-            // Its last lines may still be on their way through the pipe.
-            std::thread::sleep(Duration::from_millis(200));
-            if w.line("done").is_none() {
-                bail!("consumer exited early; its log:\n{}", log_tail(&w.log));
+        if let Some((first, stats0, server0, own0, busy0)) = &start {
+            for ((w, end), stat0) in consumers.iter().zip(ends.iter_mut()).zip(stats0) {
+                if end.is_none()
+                    && let Some((done_at, _)) = w.line("done")
+                {
+                    let stat = procstat::read(w.pid)
+                        .context("a consumer exited before it could be sampled")?
+                        .since(stat0);
+                    *end = Some((done_at, stat));
+                }
             }
-            continue;
+            if ends.iter().all(Option::is_some) {
+                let ends: Vec<(Instant, ProcStat)> = ends.into_iter().flatten().collect();
+                let done_at = ends.iter().map(|(t, _)| *t).max().expect("at least one consumer");
+                let stat = ends.iter().fold(ProcStat::default(), |sum, (_, s)| ProcStat {
+                    utime: sum.utime + s.utime,
+                    stime: sum.stime + s.stime,
+                    minflt: sum.minflt + s.minflt,
+                    majflt: sum.majflt + s.majflt,
+                });
+                let server_cpu = server.sample()?.since(server0);
+                let own = procstat::read(0)?.since(own0).cpu();
+                let busy = procstat::machine_busy().saturating_sub(*busy0);
+                // The synthetic source's CPU is part of this process's.
+                let outside = match server {
+                    ServerProbe::Source(_) => Duration::ZERO,
+                    ServerProbe::Process(_) => server_cpu.cpu,
+                };
+                return Ok(Measured {
+                    wall: done_at.saturating_duration_since(*first),
+                    bytes,
+                    stat,
+                    source_cpu: own,
+                    others_cpu: busy
+                        .saturating_sub(stat.cpu())
+                        .saturating_sub(own)
+                        .saturating_sub(outside),
+                    server: Some(server_cpu),
+                    spread: None,
+                });
+            }
+        }
+        for (w, end) in consumers.iter().zip(&ends) {
+            if end.is_none() && exited_unreaped(w.child.id()) {
+                // Its last lines may still be on their way through the pipe.
+                std::thread::sleep(Duration::from_millis(200));
+                if w.line("done").is_none() {
+                    bail!("consumer exited early; its log:\n{}", log_tail(&w.log));
+                }
+            }
         }
         if let ServerProbe::Process(pid) = server {
             anyhow::ensure!(!exited_unreaped(*pid), "the server exited during the run");
         }
         if Instant::now() > deadline {
-            let _ = w.child.kill();
-            bail!("run timed out after {timeout:?}; consumer log:\n{}", log_tail(&w.log));
+            for w in consumers.iter_mut() {
+                let _ = w.child.kill();
+            }
+            let logs: Vec<String> = consumers.iter().map(|w| log_tail(&w.log)).collect();
+            bail!("run timed out after {timeout:?}; consumer logs:\n{}", logs.join("\n"));
         }
         std::thread::sleep(Duration::from_micros(500));
     }
@@ -1243,10 +1459,14 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Waits until `addr` accepts connections, or the server exits.
-fn wait_listening(addr: &str, server: &Watched) -> anyhow::Result<()> {
+/// Waits until `addr` accepts connections, or the server exits; returns the
+/// local port of the connection that got through (the server counts it too).
+fn wait_listening(addr: &str, server: &Watched) -> anyhow::Result<u16> {
     let deadline = Instant::now() + SERVER_START_TIMEOUT;
-    while std::net::TcpStream::connect(addr).is_err() {
+    loop {
+        if let Ok(probe) = std::net::TcpStream::connect(addr) {
+            return Ok(probe.local_addr()?.port());
+        }
         anyhow::ensure!(
             !exited_unreaped(server.child.id()),
             "the server exited; its log:\n{}",
@@ -1254,6 +1474,84 @@ fn wait_listening(addr: &str, server: &Watched) -> anyhow::Result<()> {
         );
         anyhow::ensure!(Instant::now() < deadline, "{addr} did not accept connections");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Client port → serving shard, from the agent's "client connected" lines
+/// (`peer="127.0.0.1:<port>" shard=<i>`), in the order they were logged.
+fn connections_in_log(log: &Path) -> anyhow::Result<Vec<(u16, usize)>> {
+    let text = std::fs::read_to_string(log).with_context(|| format!("read {}", log.display()))?;
+    text.lines()
+        .filter(|line| line.contains("client connected"))
+        .map(|line| {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name))
+                    .map(|v| v.trim_matches('"'))
+            };
+            let port = field("peer=").and_then(|p| p.rsplit_once(':')?.1.parse().ok());
+            let shard = field("shard=").and_then(|s| s.parse().ok());
+            port.zip(shard)
+                .with_context(|| format!("cannot read the agent's log line {line:?}"))
+        })
+        .collect()
+}
+
+/// Where the agent whose log is `agent_log` served its connections; `probe`
+/// is the harness's readiness check, `conns` each consumer's "conns" report.
+fn spread_of(agent_log: &Path, shards: usize, probe: u16, conns: &[Conns]) -> anyhow::Result<Spread> {
+    let served = connections_in_log(agent_log)?;
+    let mut connections = vec![0; shards];
+    for &(_, shard) in served.iter().filter(|(port, _)| *port != probe) {
+        *connections
+            .get_mut(shard)
+            .with_context(|| format!("the agent logged shard {shard} of {shards}"))? += 1;
+    }
+    let fetch_shards = conns
+        .iter()
+        .map(|c| {
+            let (port, _) = c.iter().max_by_key(|(_, received)| *received)?;
+            // The last use of a port is this consumer's (ports can be reused).
+            served.iter().rev().find(|(p, _)| p == port).map(|&(_, shard)| shard)
+        })
+        .collect();
+    Ok(Spread {
+        connections,
+        fetch_shards,
+    })
+}
+
+/// A consumer's `conns <port>:<bytes received> …` line.
+fn parse_conns(line: &str) -> anyhow::Result<Conns> {
+    line.split_whitespace()
+        .skip(1)
+        .map(|c| {
+            let (port, received) = c.split_once(':').context("port:bytes")?;
+            Ok((port.parse()?, received.parse()?))
+        })
+        .collect::<anyhow::Result<_>>()
+        .with_context(|| format!("cannot read the consumer's {line:?}"))
+}
+
+/// Removes the consumer-group state an earlier serving agent left in
+/// `data_dir`. Every shard opens a group offsets log at start, and an agent
+/// refuses another shard count once such logs exist, so the 1- and 2-shard
+/// scenarios could not take turns on one data dir otherwise. The consumers
+/// commit nothing, so the logs are empty; removing them every time also
+/// starts every run from the same state.
+fn forget_groups(data_dir: &Path) -> anyhow::Result<()> {
+    let dir = data_dir.join(ringmirror::agent::AGENT_STATE_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("group-offsets-") {
+            std::fs::remove_dir_all(entry.path())?;
+        } else if name == "group-shards" {
+            std::fs::remove_file(entry.path())?;
+        }
     }
     Ok(())
 }
@@ -1463,21 +1761,44 @@ impl Harness<'_> {
         cmd
     }
 
-    /// Runs the pinned consumer against a started server and checks what it read.
-    fn consume(&self, addr: &str, dataset: &Dataset, server: &ServerProbe, run_dir: &Path) -> anyhow::Result<Measured> {
-        let log = run_dir.join("consumer.log");
-        let mut w = spawn_watched(self.rdkafka_command(addr, dataset, Some(self.consumer_cpu)), &log)?;
-        let m = measure_consumer(
-            &mut w,
+    /// Runs `consumers` consumers at once (pinned to `cpu`, if given), each
+    /// reading all of `dataset` from a started server, and checks what each
+    /// read; also returns each one's connections (`conns`).
+    fn consume(
+        &self,
+        addr: &str,
+        dataset: &Dataset,
+        server: &ServerProbe,
+        run_dir: &Path,
+        (consumers, cpu): (usize, Option<usize>),
+    ) -> anyhow::Result<(Measured, Vec<Conns>)> {
+        let mut ws = (0..consumers)
+            .map(|i| {
+                let log = run_dir.join(format!("consumer-{i}.log"));
+                spawn_watched(self.rdkafka_command(addr, dataset, cpu), &log)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let m = measure_consumers(
+            &mut ws,
             server,
-            dataset.total_bytes(),
+            consumers as u64 * dataset.total_bytes(),
             Duration::from_secs(self.args.timeout_s),
         );
-        let status = wait_exit(&mut w.child, Duration::from_secs(30))?;
+        let statuses = ws
+            .iter_mut()
+            .map(|w| wait_exit(&mut w.child, Duration::from_secs(30)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let m = m?;
-        anyhow::ensure!(status.success(), "consumer failed: {}", log_tail(&log));
-        check_consumed(&w.line("done").expect("measured").1, dataset)?;
-        Ok(m)
+        let mut conns = Vec::with_capacity(consumers);
+        for (w, status) in ws.iter_mut().zip(statuses) {
+            anyhow::ensure!(status.success(), "consumer failed: {}", log_tail(&w.log));
+            check_consumed(&w.line("done").expect("measured").1, dataset)?;
+            let line = w
+                .last_words("conns ")
+                .context("the consumer did not report its connections")?;
+            conns.push(parse_conns(&line)?);
+        }
+        Ok((m, conns))
     }
 
     fn run_consumer(&self, server: Server, run_dir: &Path) -> anyhow::Result<Measured> {
@@ -1502,32 +1823,38 @@ impl Harness<'_> {
                     },
                 )?;
                 let addr = source.addr().to_string();
-                let m = self.consume(&addr, dataset, &ServerProbe::Source(&source), run_dir);
-                source.stop();
-                m
-            }
-            Server::Agent { zero_copy } => {
-                let data_dir = self.serve_data.as_ref().context("no mirrored data to serve")?;
-                let addr = format!("127.0.0.1:{}", free_port()?);
-                // One shard: it is pinned to CPU 0 (SERVER_CPU), and every
-                // partition and the consumer's connection land on it.
-                let config = format!(
-                    "data_dir = {data_dir:?}\nshards = 1\n\n[listener]\naddress = {addr:?}\nzero_copy = {zero_copy}\n"
+                let m = self.consume(
+                    &addr,
+                    dataset,
+                    &ServerProbe::Source(&source),
+                    run_dir,
+                    (1, Some(self.consumer_cpu)),
                 );
-                let config_path = run_dir.join("agent.toml");
-                std::fs::write(&config_path, config)?;
-                let mut cmd = Command::new(&self.ringmirror);
-                cmd.arg("run").arg("--config").arg(&config_path);
-                let agent_log = run_dir.join("agent.log");
-                let mut agent = spawn_watched(cmd, &agent_log)?;
-                let m = wait_listening(&addr, &agent)
-                    .and_then(|()| self.consume(&addr, &self.dataset, &ServerProbe::Process(agent.pid), run_dir));
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(agent.pid as i32, libc::SIGTERM) };
-                let status = wait_exit(&mut agent.child, Duration::from_secs(60))?;
-                let m = m.with_context(|| format!("agent log:\n{}", log_tail(&agent_log)))?;
-                anyhow::ensure!(status.success(), "agent failed ({status}): {}", log_tail(&agent_log));
-                Ok(m)
+                source.stop();
+                Ok(m?.0)
+            }
+            // One shard: it is pinned to CPU 0 (SERVER_CPU), and every
+            // partition and the consumer's connection land on it.
+            Server::Agent { zero_copy } => self.run_agent(
+                &format!("shards = 1\n\n[listener]\nzero_copy = {zero_copy}\n"),
+                1,
+                (1, Some(self.consumer_cpu)),
+                run_dir,
+            ),
+            // The shards are pinned to CPU 0 and 1 by the agent, so no CPU
+            // is the consumers' own: they run unpinned, where the kernel
+            // puts them.
+            Server::AgentShards { accept } => {
+                let accept = match accept {
+                    AcceptMode::EachShard => "each_shard",
+                    AcceptMode::OneAcceptor => "one_acceptor",
+                };
+                self.run_agent(
+                    &format!("shards = {SERVE_MANY_SHARDS}\n\n[listener]\naccept = {accept:?}\n"),
+                    SERVE_MANY_SHARDS,
+                    (self.args.serve_consumers, None),
+                    run_dir,
+                )
             }
             Server::Mock => {
                 let dataset = self.mock_dataset.as_ref().context("no mock dataset")?;
@@ -1541,13 +1868,60 @@ impl Harness<'_> {
                 let m = mock.wait_line("bootstrap ", SERVER_START_TIMEOUT).and_then(|line| {
                     let bootstrap = line["bootstrap ".len()..].to_string();
                     produce_into(&bootstrap, dataset).context("produce into the mock")?;
-                    self.consume(&bootstrap, dataset, &ServerProbe::Process(mock.pid), run_dir)
+                    self.consume(
+                        &bootstrap,
+                        dataset,
+                        &ServerProbe::Process(mock.pid),
+                        run_dir,
+                        (1, Some(self.consumer_cpu)),
+                    )
                 });
                 let _ = mock.child.kill();
                 let _ = mock.child.wait();
-                m
+                Ok(m?.0)
             }
         }
+    }
+
+    /// Serves the mirrored dataset with `ringmirror run` (`config`: the
+    /// shard count and the `[listener]` table, whose address is added here)
+    /// to `consumers` and finds where its `shards` served their connections.
+    fn run_agent(
+        &self,
+        config: &str,
+        shards: usize,
+        consumers: (usize, Option<usize>),
+        run_dir: &Path,
+    ) -> anyhow::Result<Measured> {
+        let data_dir = self.serve_data.as_ref().context("no mirrored data to serve")?;
+        forget_groups(data_dir)?;
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        let config_path = run_dir.join("agent.toml");
+        std::fs::write(
+            &config_path,
+            format!("data_dir = {data_dir:?}\n{config}address = {addr:?}\n"),
+        )?;
+        let mut cmd = Command::new(&self.ringmirror);
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", AGENT_SERVE_LOG_FILTER)
+            // Plain log lines, for connections_in_log.
+            .env("NO_COLOR", "1");
+        let agent_log = run_dir.join("agent.log");
+        let mut agent = spawn_watched(cmd, &agent_log)?;
+        let m = wait_listening(&addr, &agent).and_then(|probe| {
+            let server = ServerProbe::Process(agent.pid);
+            let (m, conns) = self.consume(&addr, &self.dataset, &server, run_dir, consumers)?;
+            Ok((m, probe, conns))
+        });
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(agent.pid as i32, libc::SIGTERM) };
+        let status = wait_exit(&mut agent.child, Duration::from_secs(60))?;
+        let (mut m, probe, conns) = m.with_context(|| format!("agent log:\n{}", log_tail(&agent_log)))?;
+        anyhow::ensure!(status.success(), "agent failed ({status}): {}", log_tail(&agent_log));
+        m.spread = Some(spread_of(&agent_log, shards, probe, &conns)?);
+        Ok(m)
     }
 
     fn run(&mut self, scenario: Scenario, run_dir: &Path) -> anyhow::Result<Measured> {
@@ -1714,7 +2088,7 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| exe.with_file_name("ringmirror"));
     let serving = scenarios
         .iter()
-        .any(|s| matches!(s, Scenario::Consume(Server::Agent { .. })));
+        .any(|s| matches!(s, Scenario::Consume(Server::Agent { .. } | Server::AgentShards { .. })));
     if serving || scenarios.iter().any(|s| matches!(s, Scenario::Mirror { .. })) {
         anyhow::ensure!(
             ringmirror.exists(),
@@ -1839,12 +2213,21 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                     m.source_cpu.as_secs_f64(),
                     m.others_cpu.as_secs_f64()
                 );
-                if let Some(server) = m.server {
+                if let Some(server) = &m.server {
                     eprintln!(
-                        "  {:<18} server CPU {:.2} s ({:.3} s/GB); the CPU above is the consumer's",
+                        "  {:<18} server CPU {:.2} s ({:.3} s/GB); the CPU above is the consumers'",
                         "",
                         server.cpu.as_secs_f64(),
                         m.server_cpu_s_per_gb().unwrap_or_default()
+                    );
+                }
+                if let Some(spread) = m.spread.as_ref().filter(|s| s.connections.len() > 1) {
+                    eprintln!(
+                        "  {:<18} connections per shard {}, Fetch connections per shard {}, agent CPU per shard {} s/GB",
+                        "",
+                        spread.per_shard(),
+                        spread.fetch_per_shard(),
+                        m.shard_cpu_s_per_gb()
                     );
                 }
                 if !warmup {
@@ -2006,13 +2389,29 @@ fn print_serving_table(
             d.partitions.len()
         )
     };
+    let many = |s: &Scenario| matches!(s, Scenario::Consume(Server::AgentShards { .. }));
+    let mut setups = Vec::new();
+    if results.iter().any(|(s, _)| !many(s)) {
+        setups.push(format!(
+            "an rdkafka consumer pinned to CPU {} reads everything from a server pinned to CPU {SERVER_CPU}",
+            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+        ));
+    }
+    if results.iter().any(|(s, _)| many(s)) {
+        setups.push(format!(
+            "serve-2c-*: {} unpinned rdkafka consumers at once, each reading everything, from an agent with \
+             {SERVE_MANY_SHARDS} shards (pinned by the agent to CPU 0..{}), sharing the CPUs with it; MB/s and CPU \
+             per GB over all consumers' bytes",
+            args.serve_consumers,
+            SERVE_MANY_SHARDS - 1
+        ));
+    }
     println!();
     println!(
-        "{}; serving: an rdkafka consumer pinned to CPU {} reads everything from a server pinned to CPU {SERVER_CPU}; \
-         {}-byte batches ({} × {} B records); medians of {} runs; consumer fetch.wait.max.ms {}, \
+        "{}; serving: {}; {}-byte batches ({} × {} B records); medians of {} runs; consumer fetch.wait.max.ms {}, \
          max.partition.fetch.bytes {}, fetch.max.bytes {}; load average {load_before} before, {load_after} after",
         machine_line(),
-        std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
+        setups.join("; "),
         dataset.batch_bytes(),
         args.batch_records,
         args.record_bytes,
@@ -2037,7 +2436,7 @@ fn print_serving_table(
         let split = |f: fn(&ProcStat) -> Duration| {
             let v: Vec<f64> = runs
                 .iter()
-                .filter_map(|m| m.server?.stat.map(|s| f(&s).as_secs_f64() / gb(m)))
+                .filter_map(|m| m.server.as_ref()?.stat.map(|s| f(&s).as_secs_f64() / gb(m)))
                 .collect();
             if v.is_empty() {
                 "–".to_string()
@@ -2054,6 +2453,9 @@ fn print_serving_table(
         let data = match scenario {
             Scenario::Consume(Server::Mock | Server::Synthetic { mock_data: true }) => {
                 mock_dataset.map_or_else(String::new, shape)
+            }
+            Scenario::Consume(Server::AgentShards { .. }) => {
+                format!("{} consumers × {}", args.serve_consumers, shape(dataset))
             }
             _ => shape(dataset),
         };
@@ -2086,6 +2488,7 @@ fn print_serving_table(
             " (different datasets)",
         ),
         ("serve-zero-copy", "mock-consume", " (different datasets)"),
+        ("serve-2c-one-acceptor", "serve-2c-each-shard", ""),
     ] {
         if let (Some(x), Some(y)) = (medians.get(a), medians.get(b)) {
             println!(
@@ -2095,6 +2498,42 @@ fn print_serving_table(
             );
         }
     }
+    // Where connections land varies from run to run (SO_REUSEPORT hashes the
+    // clients' ports), so every run is shown, not only medians.
+    let spread_runs: Vec<(&Scenario, usize, &Measured, &Spread)> = results
+        .iter()
+        .flat_map(|(scenario, runs)| {
+            runs.iter().enumerate().filter_map(move |(i, m)| {
+                let spread = m.spread.as_ref().filter(|s| s.connections.len() > 1)?;
+                Some((scenario, i + 1, m, spread))
+            })
+        })
+        .collect();
+    if spread_runs.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| scenario | run | MB/s | agent CPU s/GB | agent CPU per shard, s/GB | connections per shard | consumers' Fetch connections per shard | others' CPU % |"
+    );
+    println!("| --- | ---: | ---: | ---: | --- | --- | --- | ---: |");
+    for (scenario, run, m, spread) in spread_runs {
+        println!(
+            "| {} | {run} | {:.0} | {:.3} | {} | {} | {} | {:.0} |",
+            scenario.name(),
+            m.mb_s(),
+            m.server_cpu_s_per_gb().unwrap_or_default(),
+            m.shard_cpu_s_per_gb(),
+            spread.per_shard(),
+            spread.fetch_per_shard(),
+            100.0 * m.others_cpu.as_secs_f64() / m.wall.as_secs_f64()
+        );
+    }
+    println!();
+    println!(
+        "Connections: every connection the consumers opened, as the agent logged them (the harness's readiness probe left out); \
+         a consumer's Fetch connection is the one that received the most bytes."
+    );
 }
 
 // ---------------------------------------------------------------- lag
