@@ -27,6 +27,19 @@ py_modules=(kafka lz4 snappy zstandard confluent_kafka)
 py_packages=(kafka-python lz4 python-snappy zstandard confluent-kafka)
 if ! python3 -c "import $(IFS=,; echo "${py_modules[*]}")" 2>/dev/null; then
   echo "setup: installing Python packages: ${py_packages[*]}"
-  python3 -m pip install --quiet --disable-pip-version-check "${py_packages[@]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  # A fresh Debian has no pip for its python3.
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    $sudo_cmd apt-get update -qq
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+  fi
+  # Debian marks its python3 as externally managed (PEP 668); these are
+  # test-only packages on a CI machine, so install them anyway.
+  pip_flags=(--quiet --disable-pip-version-check)
+  if python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+    pip_flags+=(--break-system-packages)
+  fi
+  python3 -m pip install "${pip_flags[@]}" "${py_packages[@]}"
 fi
 echo "setup: done"
