@@ -92,16 +92,6 @@ impl MirrorPartitionState {
             Err(InvalidTransition { from: self, to })
         }
     }
-
-    /// Whether the partition is read-only to clients in this state.
-    pub fn read_only(self) -> bool {
-        self != Self::Stopped
-    }
-
-    /// Whether a fetcher runs for the partition in this state.
-    pub fn fetching(self) -> bool {
-        matches!(self, Self::Mirroring)
-    }
 }
 
 impl fmt::Display for MirrorPartitionState {
@@ -159,14 +149,6 @@ mod tests {
                     Err(e) => assert_eq!(e, InvalidTransition { from, to }),
                 }
             }
-        }
-    }
-
-    #[test]
-    fn only_stopped_is_writable_and_only_mirroring_fetches() {
-        for s in MirrorPartitionState::ALL {
-            assert_eq!(s.read_only(), s != Stopped, "{s}");
-            assert_eq!(s.fetching(), s == Mirroring, "{s}");
         }
     }
 

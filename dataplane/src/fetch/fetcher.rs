@@ -10,7 +10,7 @@
 //! unreachable) is handed back to the supervisor with the reason.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,7 +85,12 @@ struct ClientSession {
     id: i32,
     /// Epoch of the next incremental request.
     epoch: i32,
-    sent: HashMap<TopicPartition, SentPartition>,
+    /// What each partition in the session was last sent with, and the
+    /// request (`round`) that last found it fetchable.
+    sent: HashMap<TopicPartition, (SentPartition, u64)>,
+    /// Counts requests, so partitions that left are found without building
+    /// a set of the ones that stayed.
+    round: u64,
 }
 
 impl ClientSession {
@@ -387,7 +392,8 @@ impl Fetcher {
             topics.push(t);
             topics.len() - 1
         };
-        let mut keep = HashSet::new();
+        session.round += 1;
+        let round = session.round;
         for p in partitions.iter().filter(|p| p.fetchable()) {
             let sent = SentPartition {
                 fetch_offset: p.log().log_end_offset(),
@@ -395,10 +401,18 @@ impl Fetcher {
                 last_fetched_epoch: p.log().epoch_cache().latest().map_or(-1, |e| e.epoch),
                 topic_id: p.key.topic_id,
             };
-            keep.insert(p.key.tp.clone());
             // In a session only what changed is sent; the source keeps the rest.
-            if session.sent.get(&p.key.tp) == Some(&sent) {
-                continue;
+            match session.sent.get_mut(&p.key.tp) {
+                Some((last, seen)) => {
+                    *seen = round;
+                    if *last == sent {
+                        continue;
+                    }
+                    *last = sent;
+                }
+                None => {
+                    session.sent.insert(p.key.tp.clone(), (sent, round));
+                }
             }
             let mut fp = FetchPartition::default();
             fp.partition = p.key.tp.partition;
@@ -409,18 +423,14 @@ impl Fetcher {
             fp.partition_max_bytes = s.fetch_partition_max_bytes;
             let i = topic_of(&mut request.topics, &p.key.tp, p.key.topic_id);
             request.topics[i].partitions.push(fp);
-            session.sent.insert(p.key.tp.clone(), sent);
         }
         // Partitions no longer fetched here leave the session.
-        let gone: Vec<(TopicPartition, SentPartition)> = session
-            .sent
-            .iter()
-            .filter(|(tp, _)| !keep.contains(*tp))
-            .map(|(tp, sent)| (tp.clone(), *sent))
-            .collect();
-        for (tp, sent) in gone {
-            session.sent.remove(&tp);
-            let i = match request.forgotten_topics_data.iter().position(|t| {
+        let forgotten = &mut request.forgotten_topics_data;
+        session.sent.retain(|tp, (sent, seen)| {
+            if *seen == round {
+                return true;
+            }
+            let i = match forgotten.iter().position(|t| {
                 if by_id {
                     *t.topic_id.as_bytes() == sent.topic_id
                 } else {
@@ -432,12 +442,13 @@ impl Fetcher {
                     let mut t = ForgottenTopic::default();
                     t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
                     t.topic_id = uuid::Uuid::from_bytes(sent.topic_id);
-                    request.forgotten_topics_data.push(t);
-                    request.forgotten_topics_data.len() - 1
+                    forgotten.push(t);
+                    forgotten.len() - 1
                 }
             };
-            request.forgotten_topics_data[i].partitions.push(tp.partition);
-        }
+            forgotten[i].partitions.push(tp.partition);
+            false
+        });
         request
     }
 

@@ -470,6 +470,12 @@ async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Optio
     .await
 }
 
+/// (offset, leader epoch, metadata) of a committed offset, or Kafka's
+/// "nothing committed" (-1, -1, "").
+fn committed_fields(v: Option<CommittedOffset>) -> (i64, i32, String) {
+    v.map_or((-1, -1, String::new()), |v| (v.offset, v.leader_epoch, v.metadata))
+}
+
 async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest) -> OffsetFetchResponse {
     let wanted = |topics: Option<Vec<(TopicName, Vec<i32>)>>| -> Wanted {
         topics.map(|ts| ts.into_iter().map(|(n, ps)| (n.0.to_string(), ps)).collect())
@@ -492,17 +498,12 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
                     let partitions = partitions
                         .into_iter()
                         .map(|(p, v)| {
-                            let v = v.unwrap_or(CommittedOffset {
-                                offset: -1,
-                                leader_epoch: -1,
-                                metadata: String::new(),
-                                commit_timestamp: -1,
-                            });
+                            let (offset, epoch, metadata) = committed_fields(v);
                             OffsetFetchResponsePartitions::default()
                                 .with_partition_index(p)
-                                .with_committed_offset(v.offset)
-                                .with_committed_leader_epoch(v.leader_epoch)
-                                .with_metadata(Some(s(&v.metadata)))
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(Some(s(&metadata)))
                         })
                         .collect();
                     OffsetFetchResponseTopics::default()
@@ -537,8 +538,7 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
             let partitions = partitions
                 .into_iter()
                 .map(|(p, v)| {
-                    let (offset, epoch, metadata) =
-                        v.map_or((-1, -1, String::new()), |v| (v.offset, v.leader_epoch, v.metadata));
+                    let (offset, epoch, metadata) = committed_fields(v);
                     OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
                         .with_committed_offset(offset)
