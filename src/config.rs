@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use ringmirror_dataplane::fetch::IngestMode;
+pub use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::LogConfig;
 use serde::Deserialize;
 
@@ -93,61 +93,9 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MirrorConfig {
-    pub name: String,
-    pub bootstrap_servers: Vec<String>,
-    /// Topics to mirror by name.
-    #[serde(default)]
-    pub topics: Vec<String>,
-    /// Also mirror every source topic matching this regex (whole name).
-    #[serde(default, alias = "mirror_topics_include")]
-    pub topics_include: Option<String>,
-    /// Never mirror topics matching this regex (whole name).
-    #[serde(default = "default_topics_exclude", alias = "mirror_topics_exclude")]
-    pub topics_exclude: String,
-    #[serde(default = "default_fetch_max_bytes")]
-    pub fetch_max_bytes: i32,
-    #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
-    pub fetch_partition_max_bytes: i32,
-    #[serde(default = "default_fetch_max_wait_ms", alias = "fetch_wait_max_ms")]
-    pub fetch_max_wait_ms: u64,
-    #[serde(default = "default_fetch_min_bytes")]
-    pub fetch_min_bytes: i32,
-    #[serde(
-        default = "default_metadata_refresh_ms",
-        alias = "mirror_metadata_refresh_interval_ms"
-    )]
-    pub metadata_refresh_interval_ms: u64,
-    /// How record bytes reach the log: "mmap" (received straight into the
-    /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
-    #[serde(default)]
-    pub ingest: IngestMode,
-}
-
 fn default_offset_checkpoint_interval_ms() -> u64 {
     10_000
 }
-fn default_topics_exclude() -> String {
-    "__.*".into()
-}
-fn default_fetch_max_bytes() -> i32 {
-    50 * 1024 * 1024
-}
-fn default_fetch_partition_max_bytes() -> i32 {
-    1024 * 1024
-}
-fn default_fetch_max_wait_ms() -> u64 {
-    500
-}
-fn default_fetch_min_bytes() -> i32 {
-    1
-}
-fn default_metadata_refresh_ms() -> u64 {
-    30_000
-}
-
 impl AgentConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
@@ -157,14 +105,7 @@ impl AgentConfig {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let mut config: Self = toml::from_str(text)?;
         for m in &mut config.mirrors {
-            // Kafka clients take "host1:9092,host2:9092"; so do we, in any entry.
-            m.bootstrap_servers = m
-                .bootstrap_servers
-                .iter()
-                .flat_map(|s| s.split(','))
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect();
+            m.normalize();
         }
         config.validate()?;
         Ok(config)
@@ -178,24 +119,7 @@ impl AgentConfig {
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
             anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
-            anyhow::ensure!(
-                !m.bootstrap_servers.is_empty(),
-                "mirror {:?} has no bootstrap_servers",
-                m.name
-            );
-            anyhow::ensure!(
-                !m.topics.is_empty() || m.topics_include.is_some(),
-                "mirror {:?} names no topics (topics or topics_include)",
-                m.name
-            );
-            if let Some(include) = &m.topics_include {
-                regex::Regex::new(include).with_context(|| format!("mirror {:?}: topics_include", m.name))?;
-            }
-            regex::Regex::new(&m.topics_exclude).with_context(|| format!("mirror {:?}: topics_exclude", m.name))?;
-            anyhow::ensure!(
-                m.fetch_partition_max_bytes > 0 && m.fetch_max_bytes > 0,
-                "fetch sizes must be positive"
-            );
+            m.validate()?;
         }
         Ok(())
     }

@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
-use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
+use ringmirror_dataplane::client::{ClientError, Connection};
 use ringmirror_dataplane::fetch::{MirrorSettings, PartitionKey, SourceMetadata, fetch_source_metadata};
 use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::shard::ShardCommand;
 
-use crate::config::MirrorConfig;
+use ringmirror_control::mirror::{MirrorConfig, TopicSelection};
 
 /// How often the discovery loop looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
@@ -30,59 +30,10 @@ const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(200);
 /// operator removed it (discovery then leaves it alone).
 pub type Placement = Arc<Mutex<BTreeMap<(String, TopicPartition), Option<usize>>>>;
 
-pub fn mirror_settings(m: &MirrorConfig) -> MirrorSettings {
-    MirrorSettings {
-        name: m.name.clone(),
-        bootstrap_servers: m.bootstrap_servers.clone(),
-        fetch_max_bytes: m.fetch_max_bytes,
-        fetch_partition_max_bytes: m.fetch_partition_max_bytes,
-        fetch_max_wait_ms: m.fetch_max_wait_ms,
-        fetch_min_bytes: m.fetch_min_bytes,
-        metadata_refresh_ms: m.metadata_refresh_interval_ms,
-        ingest: m.ingest,
-        connection: ConnectionOptions {
-            client_id: format!("ringmirror-{}", m.name),
-            ..ConnectionOptions::default()
-        },
-        ..MirrorSettings::default()
-    }
-}
-
-/// A mirror's topic selection, compiled.
-struct Selection {
-    named: BTreeSet<String>,
-    include: Option<regex::Regex>,
-    exclude: regex::Regex,
-}
-
-impl Selection {
-    fn new(m: &MirrorConfig) -> Result<Self, regex::Error> {
-        Ok(Self {
-            named: m.topics.iter().cloned().collect(),
-            include: m
-                .topics_include
-                .as_deref()
-                .map(|r| regex::Regex::new(&format!("^(?:{r})$")))
-                .transpose()?,
-            exclude: regex::Regex::new(&format!("^(?:{})$", m.topics_exclude))?,
-        })
-    }
-
-    fn wants(&self, topic: &str) -> bool {
-        (self.named.contains(topic) || self.include.as_ref().is_some_and(|r| r.is_match(topic)))
-            && !self.exclude.is_match(topic)
-    }
-
-    /// The metadata request's topic list: all topics when a regex is in play.
-    fn request_topics(&self) -> Option<Vec<String>> {
-        self.include.is_none().then(|| self.named.iter().cloned().collect())
-    }
-}
-
 struct MirrorDiscovery {
     config: MirrorConfig,
     settings: MirrorSettings,
-    selection: Selection,
+    selection: TopicSelection,
     conn: Option<Connection>,
     next_round: Instant,
     failures: u32,
@@ -107,7 +58,7 @@ impl Discovery {
         // Regexes were checked when the config was loaded; check again here
         // so the loop below can rely on them.
         for m in mirrors {
-            Selection::new(m)?;
+            TopicSelection::new(m)?;
         }
         let mirrors = mirrors.to_vec();
         let stop = Arc::new(AtomicBool::new(false));
@@ -120,8 +71,8 @@ impl Discovery {
                 let state = mirrors
                     .into_iter()
                     .map(|m| MirrorDiscovery {
-                        settings: mirror_settings(&m),
-                        selection: Selection::new(&m).expect("checked above"),
+                        settings: m.settings(),
+                        selection: TopicSelection::new(&m).expect("checked above"),
                         config: m,
                         conn: None,
                         next_round: Instant::now(),
@@ -210,7 +161,7 @@ async fn metadata(m: &mut MirrorDiscovery) -> Result<SourceMetadata, ClientError
 }
 
 fn report_missing(m: &mut MirrorDiscovery, metadata: &SourceMetadata) {
-    for name in &m.selection.named {
+    for name in m.selection.named() {
         if !metadata.topics.contains_key(name) {
             if m.reported_missing.insert(name.clone()) {
                 tracing::warn!(

@@ -10,4 +10,5 @@
 //! `Agent::end_mirroring` on top of `PartitionLog::end_mirroring`.
 
 pub mod epochs;
+pub mod mirror;
 pub mod state;

@@ -7,7 +7,7 @@
 //! half of the agent's CPU), which pwrite into the page cache does not.
 
 /// How a fetcher receives record bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IngestMode {
     /// recv straight into the active segment's mapped tail; validate in place.

@@ -1,0 +1,229 @@
+//! A mirror's definition: its name, source cluster, topic selection and
+//! fetch settings. Read from the agent's TOML file, created and changed
+//! through the admin API, and persisted in `__mirror_state`; compiled here
+//! into what the data plane fetches with ([`MirrorSettings`]) and which
+//! source topics the mirror covers ([`TopicSelection`]).
+
+use std::collections::BTreeSet;
+
+use ringmirror_dataplane::client::ConnectionOptions;
+use ringmirror_dataplane::fetch::{IngestMode, MirrorSettings};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    pub name: String,
+    pub bootstrap_servers: Vec<String>,
+    /// Topics to mirror by name.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Also mirror every source topic matching this regex (whole name).
+    #[serde(default, alias = "mirror_topics_include")]
+    pub topics_include: Option<String>,
+    /// Never mirror topics matching this regex (whole name).
+    #[serde(default = "default_topics_exclude", alias = "mirror_topics_exclude")]
+    pub topics_exclude: String,
+    #[serde(default = "default_fetch_max_bytes")]
+    pub fetch_max_bytes: i32,
+    #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
+    pub fetch_partition_max_bytes: i32,
+    #[serde(default = "default_fetch_max_wait_ms", alias = "fetch_wait_max_ms")]
+    pub fetch_max_wait_ms: u64,
+    #[serde(default = "default_fetch_min_bytes")]
+    pub fetch_min_bytes: i32,
+    #[serde(
+        default = "default_metadata_refresh_ms",
+        alias = "mirror_metadata_refresh_interval_ms"
+    )]
+    pub metadata_refresh_interval_ms: u64,
+    /// How record bytes reach the log: "mmap" (received straight into the
+    /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
+    #[serde(default)]
+    pub ingest: IngestMode,
+}
+
+fn default_topics_exclude() -> String {
+    "__.*".into()
+}
+fn default_fetch_max_bytes() -> i32 {
+    50 * 1024 * 1024
+}
+fn default_fetch_partition_max_bytes() -> i32 {
+    1024 * 1024
+}
+fn default_fetch_max_wait_ms() -> u64 {
+    500
+}
+fn default_fetch_min_bytes() -> i32 {
+    1
+}
+fn default_metadata_refresh_ms() -> u64 {
+    30_000
+}
+
+/// Why a mirror definition is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("mirror {mirror:?}: {reason}")]
+pub struct InvalidMirror {
+    pub mirror: String,
+    pub reason: String,
+}
+
+impl MirrorConfig {
+    /// Splits comma-separated bootstrap entries ("h1:9092,h2:9092", as
+    /// Kafka clients take them) and drops empty ones.
+    pub fn normalize(&mut self) {
+        self.bootstrap_servers = self
+            .bootstrap_servers
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+
+    /// Checks what the data plane relies on: a name, a source, a topic
+    /// selection with valid regexes, positive fetch sizes.
+    pub fn validate(&self) -> Result<(), InvalidMirror> {
+        let invalid = |reason: String| InvalidMirror {
+            mirror: self.name.clone(),
+            reason,
+        };
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 249
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !name_ok {
+            return Err(invalid("a mirror name is 1-249 characters of [a-zA-Z0-9._-]".into()));
+        }
+        if self.bootstrap_servers.is_empty() {
+            return Err(invalid("has no bootstrap_servers".into()));
+        }
+        if self.topics.is_empty() && self.topics_include.is_none() {
+            return Err(invalid("names no topics (topics or topics_include)".into()));
+        }
+        TopicSelection::new(self).map_err(|e| invalid(e.to_string()))?;
+        if self.fetch_partition_max_bytes <= 0 || self.fetch_max_bytes <= 0 {
+            return Err(invalid("fetch sizes must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// What the data plane fetches this mirror's partitions with.
+    pub fn settings(&self) -> MirrorSettings {
+        MirrorSettings {
+            name: self.name.clone(),
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            fetch_max_bytes: self.fetch_max_bytes,
+            fetch_partition_max_bytes: self.fetch_partition_max_bytes,
+            fetch_max_wait_ms: self.fetch_max_wait_ms,
+            fetch_min_bytes: self.fetch_min_bytes,
+            metadata_refresh_ms: self.metadata_refresh_interval_ms,
+            ingest: self.ingest,
+            connection: ConnectionOptions {
+                client_id: format!("ringmirror-{}", self.name),
+                ..ConnectionOptions::default()
+            },
+            ..MirrorSettings::default()
+        }
+    }
+}
+
+/// Which regex failed to compile.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {source}")]
+pub struct BadPattern {
+    field: &'static str,
+    source: regex::Error,
+}
+
+/// A mirror's topic selection, compiled: named topics and topics matching
+/// the include regex, minus topics matching the exclude regex (which wins,
+/// also over named topics). Regexes match whole names.
+#[derive(Debug, Clone)]
+pub struct TopicSelection {
+    named: BTreeSet<String>,
+    include: Option<regex::Regex>,
+    exclude: regex::Regex,
+}
+
+impl TopicSelection {
+    pub fn new(m: &MirrorConfig) -> Result<Self, BadPattern> {
+        let whole = |r: &str| format!("^(?:{r})$");
+        Ok(Self {
+            named: m.topics.iter().cloned().collect(),
+            include: m
+                .topics_include
+                .as_deref()
+                .map(|r| regex::Regex::new(&whole(r)))
+                .transpose()
+                .map_err(|source| BadPattern {
+                    field: "topics_include",
+                    source,
+                })?,
+            exclude: regex::Regex::new(&whole(&m.topics_exclude)).map_err(|source| BadPattern {
+                field: "topics_exclude",
+                source,
+            })?,
+        })
+    }
+
+    pub fn wants(&self, topic: &str) -> bool {
+        (self.named.contains(topic) || self.include.as_ref().is_some_and(|r| r.is_match(topic)))
+            && !self.exclude.is_match(topic)
+    }
+
+    /// Topics named explicitly.
+    pub fn named(&self) -> &BTreeSet<String> {
+        &self.named
+    }
+
+    /// The metadata request's topic list: all topics when a regex is in play.
+    pub fn request_topics(&self) -> Option<Vec<String>> {
+        self.include.is_none().then(|| self.named.iter().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mirror(toml_text: &str) -> MirrorConfig {
+        let mut m: MirrorConfig = toml::from_str(toml_text).unwrap();
+        m.normalize();
+        m
+    }
+
+    #[test]
+    fn defaults_apply_and_definitions_round_trip_through_json() {
+        let m = mirror("name = \"dr\"\nbootstrap_servers = [\"a:1, b:2\"]\ntopics = [\"orders\"]");
+        assert_eq!(m.bootstrap_servers, ["a:1", "b:2"]);
+        assert_eq!((m.fetch_max_wait_ms, m.topics_exclude.as_str()), (500, "__.*"));
+        m.validate().unwrap();
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<MirrorConfig>(&json).unwrap(), m);
+    }
+
+    #[test]
+    fn invalid_definitions_say_why() {
+        let base = "bootstrap_servers = [\"h:1\"]\n";
+        let err = |t: &str| mirror(t).validate().unwrap_err().to_string();
+        assert!(err(&format!("name = \"a b\"\n{base}topics = [\"t\"]")).contains("mirror name"));
+        assert!(err(&format!("name = \"a\"\n{base}")).contains("names no topics"));
+        assert!(err(&format!("name = \"a\"\n{base}topics_include = \"(\"")).contains("topics_include"));
+        assert!(err("name = \"a\"\nbootstrap_servers = []\ntopics = [\"t\"]").contains("bootstrap"));
+    }
+
+    #[test]
+    fn exclude_wins_over_named_and_included_topics() {
+        let m = mirror(
+            "name = \"a\"\nbootstrap_servers = [\"h:1\"]\ntopics = [\"__x\", \"t\"]\ntopics_include = \"pay.*\"",
+        );
+        let s = TopicSelection::new(&m).unwrap();
+        assert!(s.wants("t") && s.wants("payments") && !s.wants("__x") && !s.wants("xpay"));
+        assert_eq!(s.request_topics(), None);
+    }
+}
