@@ -2,8 +2,9 @@
 # Runs every cargo-fuzz target for a bounded time (default 15 s each; pass
 # seconds as $1, e.g. `scripts/fuzz.sh 3600` for a long soak). The targets
 # cover every decoder that reads bytes from the network or disk: record
-# batches, Fetch responses, segment recovery, and the requests clients send
-# the listener (`cargo fuzz list` finds them all). cargo-fuzz needs nightly
+# batches, Fetch responses, segment recovery, the requests clients send
+# the listener, and DescribeClusterMirrors answers from peers (`cargo fuzz
+# list` finds them all). cargo-fuzz needs nightly
 # features; RUSTC_BOOTSTRAP lets the stable toolchain provide them.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"

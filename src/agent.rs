@@ -13,11 +13,17 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{ShardEvent, StopReason, shard_for};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
-use ringmirror_dataplane::serve::{CatalogHandle, ListenerSettings, ProducerIds, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::serve::{
+    CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
+};
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
+use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
+use ringmirror_control::coordinator::{Coordinator, CoordinatorSetup};
+use ringmirror_control::http::AdminServer;
+use ringmirror_control::state_store::MirrorStateStore;
+
 use crate::config::{AgentConfig, ListenerConfig};
-use crate::discovery::{Discovery, Placement};
 
 /// glommio's default registered I/O memory per ring.
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;
@@ -26,8 +32,10 @@ const IO_RINGS_PER_EXECUTOR: usize = 3;
 /// The agent's own state in the data directory (never served as a topic:
 /// its name is not a `<topic>-<partition>`).
 pub const AGENT_STATE_DIR: &str = "__ringmirror";
-/// How long `start` waits for the first discovery round before returning.
-const FIRST_DISCOVERY_WAIT: Duration = Duration::from_secs(30);
+/// How long `start` waits for the first metadata round before returning.
+const FIRST_ROUND_WAIT: Duration = Duration::from_secs(30);
+/// The `__mirror_state` log, under the agent's state directory.
+const MIRROR_STATE_DIR: &str = "mirror-state";
 
 /// What the agent knows of one mirrored partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,15 +58,20 @@ pub type EventObserver = Box<dyn Fn(&ShardEvent) + Send>;
 
 pub struct Agent {
     shards: Vec<ShardHandle>,
-    /// Which shard holds each mirrored partition (kept by discovery).
-    placement: Placement,
-    discovery: Discovery,
+    /// Owns the mirrors and their partitions' states.
+    coordinator: Coordinator,
+    /// Requests to the coordinator (the admin API's, and this API's).
+    admin_calls: async_channel::Sender<AdminCall>,
+    admin_server: Option<AdminServer>,
     log_dir: Arc<LogDir>,
     status: Arc<Mutex<Status>>,
     /// Ends when every shard has; returns the offset checkpoints it kept.
     events_thread: JoinHandle<OffsetCheckpoints>,
     /// The address clients connect to, when listening.
     listener_addr: Option<std::net::SocketAddr>,
+    /// What the listener answers to DescribeClusterMirrors (published by
+    /// the control plane).
+    mirror_reports: Arc<MirrorReportsHandle>,
     /// Holds the listening port (bound with SO_REUSEPORT, never accepting)
     /// so that a port picked by the kernel stays ours while shards bind it.
     _port_reservation: Option<socket2::Socket>,
@@ -203,7 +216,7 @@ fn io_memory_bytes(executors: usize) -> usize {
     if euid == 0 || limit == libc::RLIM_INFINITY {
         return IO_MEMORY_DEFAULT_BYTES;
     }
-    // +1 executor for discovery.
+    // +1 executor for the coordinator.
     let fit = (limit as usize / (IO_RINGS_PER_EXECUTOR * (executors + 1))) & !0xfff;
     if fit < IO_MEMORY_DEFAULT_BYTES {
         tracing::warn!(
@@ -243,6 +256,7 @@ impl Agent {
         };
         let listener_addr = listener_settings.as_ref().map(|s| s.addr);
         let catalog = CatalogHandle::new(identity);
+        let mirror_reports = Arc::new(MirrorReportsHandle::default());
         let (links, link_ends) = ShardLinks::new(shard_count);
         let producer_ids = Arc::new(
             ProducerIds::open(config.data_dir.join(AGENT_STATE_DIR)).context("open the producer id allocator")?,
@@ -265,6 +279,7 @@ impl Agent {
             let serving = ShardServing {
                 ready: ready_tx.clone(),
                 catalog: Arc::clone(&catalog),
+                mirror_reports: Arc::clone(&mirror_reports),
                 producer_ids: Arc::clone(&producer_ids),
                 links: Arc::clone(&links),
                 end,
@@ -302,6 +317,7 @@ impl Agent {
         }
         let status = Arc::new(Mutex::new(Status::new()));
         let status_writer = Arc::clone(&status);
+        let (to_coordinator, coordinator_events) = async_channel::unbounded::<ShardEvent>();
         let mut checkpoints = log_dir.checkpoints().clone();
         let checkpoint_interval = Duration::from_millis(config.offset_checkpoint_interval_ms);
         let events_thread = std::thread::Builder::new()
@@ -312,6 +328,8 @@ impl Agent {
                 while let Ok(event) = events_rx.recv_blocking() {
                     observer(&event);
                     dirty |= record_checkpoint(&mut checkpoints, &event);
+                    // The coordinator ends before this thread; nothing to tell then.
+                    let _ = to_coordinator.try_send(event.clone());
                     apply_event(&status_writer, event);
                     if dirty && last_write.elapsed() >= checkpoint_interval {
                         // Bounds how much a crash makes the next start re-scan.
@@ -325,27 +343,49 @@ impl Agent {
                 checkpoints
             })
             .context("start events thread")?;
-        let placement: Placement = Arc::default();
+        let store = MirrorStateStore::open(
+            &config.data_dir.join(AGENT_STATE_DIR).join(MIRROR_STATE_DIR),
+            config.mirror_topic_num_partitions,
+        )
+        .context("open __mirror_state")?;
+        let (admin_calls, calls) = async_channel::bounded::<AdminCall>(64);
         let (first_round_tx, first_round) = std::sync::mpsc::channel();
-        let commands = shards.iter().map(ShardHandle::commands).collect();
-        let discovery = Discovery::start(
-            &config.mirrors,
-            commands,
-            Arc::clone(&placement),
-            io_memory,
+        let coordinator = Coordinator::start(
+            CoordinatorSetup {
+                store,
+                configured_mirrors: config.mirrors.clone(),
+                shards: shards.iter().map(ShardHandle::commands).collect(),
+                events: coordinator_events,
+                calls,
+                local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
+                reports: Arc::clone(&mirror_reports),
+                io_memory_bytes: io_memory,
+            },
             first_round_tx,
-        )?;
-        if first_round.recv_timeout(FIRST_DISCOVERY_WAIT).is_err() {
-            tracing::warn!("first discovery round is slow; partitions will be placed as they are found");
+        )
+        .map_err(anyhow::Error::msg)?;
+        if first_round.recv_timeout(FIRST_ROUND_WAIT).is_err() {
+            tracing::warn!("first metadata round is slow; partitions will be placed as they are found");
         }
+        let admin_server = match &config.admin {
+            Some(admin) => {
+                let server = AdminServer::start(admin.address, admin_calls.clone())
+                    .with_context(|| format!("start the admin API on {}", admin.address))?;
+                tracing::info!(addr = %server.addr(), "admin API listening");
+                Some(server)
+            }
+            None => None,
+        };
         Ok(Self {
             shards,
-            placement,
-            discovery,
+            coordinator,
+            admin_calls,
+            admin_server,
             log_dir,
             status,
             events_thread,
             listener_addr,
+            mirror_reports,
             _port_reservation: reservation,
             _data_dir_lock: data_dir_lock,
         })
@@ -356,83 +396,72 @@ impl Agent {
         self.listener_addr
     }
 
-    fn command(&self, mirror: &str, tp: &TopicPartition, command: ShardCommand) -> anyhow::Result<()> {
-        let shard = self
-            .placement
-            .lock()
-            .expect("placement lock")
-            .get(&(mirror.to_owned(), tp.clone()))
-            .copied()
-            .flatten()
-            .with_context(|| format!("{tp} is not mirrored by {mirror:?}"))?;
-        self.shards[shard].send(command).map_err(anyhow::Error::msg)
+    /// Where the mirror reports are published for DescribeClusterMirrors.
+    pub fn mirror_reports(&self) -> Arc<MirrorReportsHandle> {
+        Arc::clone(&self.mirror_reports)
     }
 
-    /// Stops fetching a partition; its log stays open.
-    pub fn pause(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
-        self.command(
-            mirror,
-            tp,
-            ShardCommand::Pause {
-                mirror: mirror.into(),
-                tp: tp.clone(),
-            },
-        )
+    /// Where the admin API listens, when configured.
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin_server.as_ref().map(AdminServer::addr)
     }
 
-    /// Fetches a paused or stopped partition again, with fresh source metadata.
-    pub fn resume(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
-        self.command(
-            mirror,
-            tp,
-            ShardCommand::Resume {
-                mirror: mirror.into(),
-                tp: tp.clone(),
-            },
-        )
+    /// Asks the coordinator, as the admin API does (and waits for the answer).
+    pub fn admin(&self, request: AdminRequest) -> Result<AdminAnswer, AdminError> {
+        let (reply, answer) = async_channel::bounded(1);
+        self.admin_calls
+            .send_blocking(AdminCall { request, reply })
+            .map_err(|_| AdminError::Unavailable("the coordinator has stopped".into()))?;
+        answer
+            .recv_blocking()
+            .map_err(|_| AdminError::Unavailable("the coordinator has stopped".into()))?
     }
 
-    /// Stops mirroring a partition and closes its log.
-    pub fn remove(&self, mirror: &str, tp: &TopicPartition) -> anyhow::Result<()> {
-        self.command(
-            mirror,
-            tp,
-            ShardCommand::RemovePartition {
-                mirror: mirror.into(),
-                tp: tp.clone(),
-            },
-        )?;
-        // Kept as removed, so discovery does not bring it back.
-        self.placement
-            .lock()
-            .expect("placement lock")
-            .insert((mirror.to_owned(), tp.clone()), None);
-        Ok(())
-    }
-
-    /// Ends mirroring of every placed partition of `topic` (failover): each
-    /// leaves its fetcher, gets ABORT markers for transactions the source
-    /// left open and a MIRROR_PID_RESET at a bumped leader epoch, and
-    /// becomes local and writable. Returns at once; `status` shows each
-    /// partition's `mirroring_ended` when done. Discovery leaves them alone.
-    pub fn end_mirroring(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
-        let mut placement = self.placement.lock().expect("placement lock");
-        let placed: Vec<(TopicPartition, usize)> = placement
-            .iter()
-            .filter(|((m, tp), shard)| m == mirror && tp.topic == topic && shard.is_some())
-            .map(|((_, tp), shard)| (tp.clone(), shard.expect("filtered")))
-            .collect();
-        anyhow::ensure!(!placed.is_empty(), "{mirror:?} mirrors no partition of {topic:?}");
-        for (tp, shard) in &placed {
-            self.shards[*shard]
-                .send(ShardCommand::EndMirroring {
-                    mirror: mirror.to_owned(),
-                    tp: tp.clone(),
-                })
-                .map_err(anyhow::Error::msg)?;
-            placement.insert((mirror.to_owned(), tp.clone()), None);
+    fn accepted(&self, request: AdminRequest) -> anyhow::Result<Vec<TopicPartition>> {
+        match self.admin(request)? {
+            AdminAnswer::Accepted { partitions, .. } => Ok(partitions
+                .into_iter()
+                .map(|TopicPartitionName { topic, partition }| TopicPartition { topic, partition })
+                .collect()),
+            other => bail!("unexpected answer {other:?}"),
         }
-        Ok(placed.into_iter().map(|(tp, _)| tp).collect())
+    }
+
+    /// Pauses a topic of a mirror: no fetching, its data stays served.
+    pub fn pause(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
+        self.accepted(AdminRequest::Pause {
+            mirror: mirror.into(),
+            topics: vec![topic.into()],
+        })
+    }
+
+    /// Resumes a paused topic.
+    pub fn resume(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
+        self.accepted(AdminRequest::Resume {
+            mirror: mirror.into(),
+            topics: vec![topic.into()],
+        })
+    }
+
+    /// Removes a named topic from a mirror: no fetching; its data stays,
+    /// served read-only.
+    pub fn remove_topic(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
+        self.accepted(AdminRequest::RemoveTopics {
+            mirror: mirror.into(),
+            topics: vec![topic.into()],
+        })
+    }
+
+    /// Ends mirroring of every partition of `topic` (failover, STOPPING →
+    /// STOPPED): each leaves its fetcher, gets ABORT markers for
+    /// transactions the source left open and a MIRROR_PID_RESET at a
+    /// bumped leader epoch, and becomes local and writable. Returns at
+    /// once; `status` shows each partition's `mirroring_ended` when done.
+    pub fn end_mirroring(&self, mirror: &str, topic: &str) -> anyhow::Result<Vec<TopicPartition>> {
+        self.accepted(AdminRequest::Stop {
+            mirror: mirror.into(),
+            topics: vec![topic.into()],
+        })
     }
 
     /// A snapshot of every partition's progress.
@@ -443,7 +472,10 @@ impl Agent {
     /// Stops cleanly: shards finish in-flight appends, flush and close their
     /// logs; then checkpoints and the clean-shutdown marker are written.
     pub fn stop(self) -> anyhow::Result<()> {
-        self.discovery.stop();
+        if let Some(server) = self.admin_server {
+            server.stop();
+        }
+        self.coordinator.stop();
         for shard in &self.shards {
             shard.request_stop();
         }
@@ -503,6 +535,7 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             tp,
             log_end_offset,
             high_watermark,
+            ..
         } => {
             let s = status.entry((mirror, tp)).or_default();
             s.log_end_offset = log_end_offset;
@@ -532,7 +565,20 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             tracing::info!(mirror, %tp, recovery_point, log_start_offset, "partition no longer mirrored");
             status.remove(&(mirror, tp));
         }
-        ShardEvent::Checkpoint { .. } => {}
+        ShardEvent::Placed {
+            mirror,
+            tp,
+            log_end_offset,
+            truncated_to,
+        } => {
+            if let Some(to) = truncated_to {
+                tracing::info!(mirror, %tp, to, "log truncated above the source's last mirror epoch");
+            }
+            let s = status.entry((mirror, tp)).or_default();
+            s.log_end_offset = log_end_offset;
+            s.stopped = None;
+        }
+        ShardEvent::Checkpoint { .. } | ShardEvent::EpochBumpDue { .. } => {}
         ShardEvent::BadBatch {
             mirror,
             tp,
@@ -548,6 +594,7 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             log_end_offset,
             leader_epoch,
             aborted_transactions,
+            ..
         } => {
             tracing::info!(mirror, %tp, log_end_offset, leader_epoch, aborted_transactions, "mirroring ended; writable");
             let s = status.entry((mirror, tp)).or_default();

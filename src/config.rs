@@ -13,6 +13,9 @@
 //! address = "0.0.0.0:9092"
 //! advertised_host = "mirror-1.example.com"
 //!
+//! [admin]                        # the admin API and /metrics (optional)
+//! address = "127.0.0.1:9644"
+//!
 //! [[mirror]]
 //! name = "dr"
 //! bootstrap_servers = ["kafka-1:9092"]
@@ -43,6 +46,13 @@ pub struct AgentConfig {
     /// Where Kafka clients connect; without it the agent serves no clients.
     #[serde(default)]
     pub listener: Option<ListenerConfig>,
+    /// The admin API (HTTP/JSON) and `/metrics`; without it there is none.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+    /// Partitions of the `__mirror_state` log that mirror partitions hash
+    /// onto (Kafka's `mirror.topic.num.partitions`).
+    #[serde(default = "default_mirror_topic_num_partitions")]
+    pub mirror_topic_num_partitions: u32,
     #[serde(default, rename = "mirror")]
     pub mirrors: Vec<MirrorConfig>,
 }
@@ -82,6 +92,25 @@ pub struct ListenerConfig {
     pub accept: ringmirror_dataplane::serve::AcceptMode,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address the admin API binds; port 0 picks a free one. The API has no
+    /// authentication yet, so the default is loopback only.
+    #[serde(default = "default_admin_address")]
+    pub address: std::net::SocketAddr,
+}
+
+fn default_admin_address() -> std::net::SocketAddr {
+    ringmirror_control::http::DEFAULT_ADDRESS
+        .parse()
+        .expect("a valid default address")
+}
+
+fn default_mirror_topic_num_partitions() -> u32 {
+    50
+}
+
 fn default_connections_max_idle_ms() -> u64 {
     ringmirror_dataplane::serve::CONNECTIONS_MAX_IDLE_DEFAULT.as_millis() as u64
 }
@@ -112,9 +141,14 @@ impl AgentConfig {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
+        // With an admin API, mirrors can be created while running.
         anyhow::ensure!(
-            !self.mirrors.is_empty() || self.listener.is_some(),
-            "no [[mirror]] and no [listener] configured: nothing to do"
+            !self.mirrors.is_empty() || self.listener.is_some() || self.admin.is_some(),
+            "no [[mirror]], no [listener] and no [admin] configured: nothing to do"
+        );
+        anyhow::ensure!(
+            self.mirror_topic_num_partitions > 0,
+            "mirror_topic_num_partitions must be at least 1"
         );
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
@@ -153,9 +187,24 @@ mod tests {
     }
 
     #[test]
+    fn admin_table_and_state_partitions_default_sensibly() {
+        let c = AgentConfig::parse("data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"").unwrap();
+        assert!(c.admin.is_none());
+        assert_eq!(c.mirror_topic_num_partitions, 50);
+        // An admin API alone is enough: mirrors can be created through it.
+        let c = AgentConfig::parse("data_dir = \"/x\"\nmirror_topic_num_partitions = 8\n[admin]").unwrap();
+        assert_eq!(c.admin.unwrap().address, "127.0.0.1:9644".parse().unwrap());
+        assert_eq!(c.mirror_topic_num_partitions, 8);
+        let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]\naddress = \"0.0.0.0:0\"").unwrap();
+        assert_eq!(c.admin.unwrap().address, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
     fn rejects_bad_configs_with_a_reason() {
         let err = |t: &str| format!("{:#}", AgentConfig::parse(t).unwrap_err());
         assert!(err(r#"data_dir = "/x""#).contains("nothing to do"));
+        assert!(err("data_dir = \"/x\"\nmirror_topic_num_partitions = 0\n[admin]").contains("at least 1"));
+        assert!(err("data_dir = \"/x\"\n[admin]\nport = 1").contains("unknown field"));
         assert!(
             err("data_dir = \"/x\"\n[[mirror]]\nname = \"a\"\nbootstrap_servers = [\"h:1\"]")
                 .contains("names no topics")

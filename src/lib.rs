@@ -3,6 +3,6 @@
 //! CLI over this library; integration tests drive it in-process.
 
 pub mod agent;
+pub mod cli_admin;
 pub mod config;
 pub mod demo;
-pub mod discovery;

@@ -5,7 +5,8 @@
 //! mirror byte for byte), `selfcheck` (the embedded default: writes a
 //! partition log, kills the writer mid-append, recovers and verifies) and
 //! `dump-log` (prints a segment file's batches, like Kafka's
-//! `kafka-dump-log.sh`).
+//! `kafka-dump-log.sh`); `mirror …` and `status` talk to a running agent's
+//! admin API (`ringmirror::cli_admin`).
 
 mod dump_log;
 mod selfcheck;
@@ -76,6 +77,24 @@ enum Command {
         #[arg(long)]
         deep: bool,
     },
+    /// Create, inspect and control mirrors of a running agent (admin API).
+    Mirror {
+        #[command(flatten)]
+        admin: ringmirror::cli_admin::AdminArgs,
+        #[command(subcommand)]
+        command: ringmirror::cli_admin::MirrorCommand,
+    },
+    /// Every mirrored partition's state, offsets and lag (admin API).
+    Status {
+        #[command(flatten)]
+        admin: ringmirror::cli_admin::AdminArgs,
+        /// Redraw every interval until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch redraws.
+        #[arg(long, default_value_t = 2000, value_name = "MS")]
+        interval_ms: u64,
+    },
 }
 
 /// Runs the agent until SIGINT or SIGTERM, logging a status line now and then.
@@ -140,6 +159,12 @@ fn main() -> ExitCode {
             child_writer: None,
         } => selfcheck::run(data_dir, size_mb),
         Command::DumpLog { path, deep } => dump_log::run(&path, deep, &mut std::io::stdout().lock()),
+        Command::Mirror { admin, command } => ringmirror::cli_admin::mirror(&admin, command).map(|out| print!("{out}")),
+        Command::Status {
+            admin,
+            watch,
+            interval_ms,
+        } => ringmirror::cli_admin::status(&admin, watch, std::time::Duration::from_millis(interval_ms)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -221,19 +221,24 @@ fn leader_moves_and_a_broker_outage_keep_the_log_identical() {
 fn pause_resume_and_remove_commands_take_effect() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
-    cluster.create_topic("ctl", 2, 1).expect("create topic");
-    produce(&bootstrap, "ctl", 2, 200, "none", 0);
-    let tps = partitions(&[("ctl", 2)]);
+    cluster.create_topic("ctl", 1, 1).expect("create topic");
+    cluster.create_topic("other", 1, 1).expect("create topic");
+    produce(&bootstrap, "ctl", 1, 200, "none", 0);
+    produce(&bootstrap, "other", 1, 200, "none", 0);
+    let tps = partitions(&[("ctl", 1), ("other", 1)]);
     let (p0, p1) = (tps[0].clone(), tps[1].clone());
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(config(dir.path(), &bootstrap, &["ctl"])).expect("start agent");
+    let agent = Agent::start(config(dir.path(), &bootstrap, &["ctl", "other"])).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
 
-    // Paused: the partition stays where it was while the other goes on.
-    agent.pause("dr", &p0).unwrap();
+    // Paused: the topic stays where it was while the other goes on.
+    assert_eq!(agent.pause("dr", "ctl").unwrap(), std::slice::from_ref(&p0));
+    let again = agent.pause("dr", "ctl").unwrap_err().to_string();
+    assert!(again.contains("already paused"), "{again}");
     std::thread::sleep(Duration::from_millis(300));
     let paused_at = agent.status()[&("dr".to_string(), p0.clone())].log_end_offset;
-    produce(&bootstrap, "ctl", 2, 300, "none", 1000);
+    produce(&bootstrap, "ctl", 1, 300, "none", 1000);
+    produce(&bootstrap, "other", 1, 300, "none", 1000);
     let ends = source_ends(&bootstrap, &tps);
     wait_mirrored(&agent, &BTreeMap::from([(p1.clone(), ends[&p1])]));
     std::thread::sleep(Duration::from_millis(500));
@@ -245,20 +250,27 @@ fn pause_resume_and_remove_commands_take_effect() {
     assert!(paused_at < ends[&p0]);
 
     // Resumed: it catches up.
-    agent.resume("dr", &p0).unwrap();
+    assert_eq!(agent.resume("dr", "ctl").unwrap(), std::slice::from_ref(&p0));
+    let again = agent.resume("dr", "ctl").unwrap_err().to_string();
+    assert!(again.contains("not paused"), "{again}");
     wait_mirrored(&agent, &ends);
 
     // Removed: its log is closed where it was; new source data does not arrive.
-    agent.remove("dr", &p1).unwrap();
+    assert_eq!(agent.remove_topic("dr", "other").unwrap(), std::slice::from_ref(&p1));
     let started = Instant::now();
     while agent.status().contains_key(&("dr".to_string(), p1.clone())) {
         assert!(started.elapsed() < MIRROR_DEADLINE, "removal not confirmed");
         std::thread::sleep(Duration::from_millis(20));
     }
-    produce(&bootstrap, "ctl", 2, 100, "none", 5000);
+    produce(&bootstrap, "ctl", 1, 100, "none", 5000);
+    produce(&bootstrap, "other", 1, 100, "none", 5000);
     let ends_after = source_ends(&bootstrap, &tps);
     wait_mirrored(&agent, &BTreeMap::from([(p0.clone(), ends_after[&p0])]));
-    assert!(agent.pause("dr", &p1).is_err(), "a removed partition takes no commands");
+    let refused = agent.pause("dr", "other").unwrap_err().to_string();
+    assert!(
+        refused.contains("not in mirror"),
+        "a removed topic takes no commands: {refused}"
+    );
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, std::slice::from_ref(&p0));
     let removed = mirrored_batches(dir.path(), &p1);

@@ -11,7 +11,7 @@
 /// How far above the source epoch a bump puts the destination epoch.
 pub const INCREMENT: i32 = 10;
 /// How close the source epoch may come before a bump.
-pub const THRESHOLD: i32 = 3;
+pub const THRESHOLD: i32 = ringmirror_dataplane::fetch::EPOCH_BUMP_THRESHOLD;
 
 /// Why a bump is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

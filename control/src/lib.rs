@@ -3,12 +3,26 @@
 //! the commands and events `ringmirror-dataplane` exports.
 //!
 //! * [`state`] — the mirror partition state machine (KIP-1279's states).
+//! * [`state_store`] — `__mirror_state`: mirror definitions and partition
+//!   states, persisted before they take effect.
 //! * [`epochs`] — the destination leader epoch rules (DLE > SLE).
+//! * [`mirror`] — a mirror's definition and topic selection.
+//! * [`coordinator`] — owns the mirrors and partitions: drives the state
+//!   machine, writes `__mirror_state`, steers the shards, answers the admin API.
+//! * [`admin`] — the admin API's requests, answers and errors.
+//! * [`http`] — the admin API server (HTTP/JSON), which hands requests to
+//!   the coordinator as [`admin::AdminCall`]s.
+//! * [`metrics`] — `/metrics`: a [`admin::MetricsSnapshot`] in Prometheus'
+//!   text format.
 //!
-//! The coordinator (`__mirror_state`), failback and the admin API are built
-//! on these (issue 5); the failover data path itself is
-//! `Agent::end_mirroring` on top of `PartitionLog::end_mirroring`.
+//! The failover data path itself is the data plane's (`EndMirroring` on a
+//! shard, on top of `PartitionLog::end_mirroring`).
 
+pub mod admin;
+pub mod coordinator;
 pub mod epochs;
+pub mod http;
+pub mod metrics;
 pub mod mirror;
 pub mod state;
+pub mod state_store;

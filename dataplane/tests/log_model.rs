@@ -460,6 +460,37 @@ proptest! {
         check_recovery(&steps, segment_bytes, flushed_fraction, cut, where_frac, &flips)?;
     }
 
+    /// LME truncation keeps exactly the batches of epochs up to the last
+    /// mirror epoch (epochs never decrease along a log), survives a reopen,
+    /// and with an LME of -1 leaves an empty log at offset 0.
+    #[test]
+    fn lme_truncation_keeps_the_epochs_up_to_the_last_mirror_epoch(
+        steps in prop::collection::vec(step(), 1..40),
+        lme in -1i32..12,
+        segment_bytes in prop_oneof![Just(2048u64), Just(1 << 20)],
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_config(segment_bytes);
+        let model = build_batches(&steps, 0);
+        let mut log = open(dir.path(), &config, 0, 0, false);
+        append_in_chunks(&mut log, &model, 4, false);
+        let cut = log.truncate_above_epoch(lme).unwrap();
+        let kept: Vec<ModelBatch> = if lme < 0 {
+            Vec::new()
+        } else {
+            model.iter().filter(|b| b.epoch <= lme).cloned().collect()
+        };
+        let changed = kept.len() != model.len();
+        prop_assert_eq!(cut.is_some(), changed);
+        assert_log_matches(&log, &kept, 0);
+        prop_assert!(log.epoch_cache().latest().is_none_or(|e| lme >= 0 && e.epoch <= lme));
+        // A second cut at the same LME changes nothing.
+        prop_assert_eq!(log.truncate_above_epoch(lme.max(0)).unwrap(), None);
+        drop(log);
+        let log = open(dir.path(), &config, 0, 0, false);
+        assert_log_matches(&log, &kept, 0);
+    }
+
     #[test]
     fn truncation_and_log_start_moves_keep_every_invariant(
         steps in prop::collection::vec(step(), 4..50),

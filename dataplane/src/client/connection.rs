@@ -1,6 +1,7 @@
 //! One Kafka connection: framing, correlation ids, ApiVersions negotiation,
-//! whole-frame requests for small messages, and streaming access to the
-//! receive buffer for Fetch responses.
+//! whole-frame requests for small messages (typed by `kafka-protocol`, or
+//! encoded by hand for the APIs it does not know), and streaming access to
+//! the receive buffer for Fetch responses.
 //!
 //! One request is in flight at a time; a connection belongs to one task on
 //! one shard and is never shared.
@@ -20,6 +21,10 @@ use super::error::ClientError;
 /// Receive buffer for everything but record bytes: response headers and
 /// small responses. Sized to hold a typical Metadata response in one read.
 const RECV_BUFFER_BYTES: usize = 64 * 1024;
+/// Header versions of the APIs `kafka-protocol` does not know: all of them
+/// are flexible (every API added since KIP-482 is).
+const FLEXIBLE_REQUEST_HEADER_VERSION: i16 = 2;
+const FLEXIBLE_RESPONSE_HEADER_VERSION: i16 = 1;
 
 #[derive(Debug, Clone)]
 pub struct ConnectionOptions {
@@ -160,12 +165,24 @@ impl Connection {
 
     /// The highest version of `R` both sides speak within `ours`.
     pub fn version_for<R: Request>(&self, ours_min: i16, ours_max: i16) -> Result<i16, ClientError> {
-        let (min, max) = self.versions.get(&R::KEY).copied().unwrap_or((0, -1));
+        self.version_for_key(R::KEY, api_name(R::KEY), ours_min, ours_max)
+    }
+
+    /// The highest version of the API `api_key` (named `api` in errors)
+    /// both sides speak within `ours`.
+    pub fn version_for_key(
+        &self,
+        api_key: i16,
+        api: &'static str,
+        ours_min: i16,
+        ours_max: i16,
+    ) -> Result<i16, ClientError> {
+        let (min, max) = self.versions.get(&api_key).copied().unwrap_or((0, -1));
         let version = ours_max.min(max);
         if version < ours_min.max(min) {
             return Err(ClientError::NoCommonVersion {
                 addr: self.addr.clone(),
-                api: api_name(R::KEY),
+                api,
                 ours_min,
                 ours_max,
             });
@@ -173,29 +190,48 @@ impl Connection {
         Ok(version)
     }
 
+    /// Whether the broker's ApiVersions answer listed the API `api_key`.
+    pub fn advertises(&self, api_key: i16) -> bool {
+        self.versions.contains_key(&api_key)
+    }
+
     /// Sends one request and returns its correlation id.
     pub async fn send<R: Request>(&mut self, request: &R, version: i16) -> Result<i32, ClientError> {
+        self.send_frame(R::KEY, api_name(R::KEY), version, R::header_version(version), |buf| {
+            request.encode(buf, version).map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    /// Sends one request whose body `encode` writes, after a header at
+    /// `header_version`; returns its correlation id.
+    async fn send_frame(
+        &mut self,
+        api_key: i16,
+        api: &'static str,
+        version: i16,
+        header_version: i16,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> Result<i32, ClientError> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1).max(1);
         let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
+        header.request_api_key = api_key;
         header.request_api_version = version;
         header.correlation_id = correlation_id;
         header.client_id = Some(StrBytes::from_string(self.options.client_id.clone()));
         let encode_err = |reason: String| ClientError::Encode {
             addr: self.addr.clone(),
-            api: api_name(R::KEY),
+            api,
             version,
             reason,
         };
         self.tx.clear();
         self.tx.extend_from_slice(&[0; 4]);
         header
-            .encode(&mut self.tx, R::header_version(version))
+            .encode(&mut self.tx, header_version)
             .map_err(|e| encode_err(e.to_string()))?;
-        request
-            .encode(&mut self.tx, version)
-            .map_err(|e| encode_err(e.to_string()))?;
+        encode(&mut self.tx).map_err(encode_err)?;
         let len = (self.tx.len() - 4) as i32;
         self.tx[..4].copy_from_slice(&len.to_be_bytes());
         let addr = &self.addr;
@@ -213,26 +249,20 @@ impl Connection {
     /// Sends `request` and decodes the whole response frame.
     pub async fn request<R: Request>(&mut self, request: &R, version: i16) -> Result<R::Response, ClientError> {
         let correlation_id = self.send(request, version).await?;
-        let frame_len = self.read_frame_len().await?;
-        let mut frame = vec![0u8; frame_len];
-        self.read_exact_into(&mut frame).await?;
-        let decode_err = |reason: String| ClientError::Decode {
+        let mut buf = self
+            .receive_response(
+                correlation_id,
+                api_name(R::KEY),
+                version,
+                R::Response::header_version(version),
+            )
+            .await?;
+        let response = R::Response::decode(&mut buf, version).map_err(|e| ClientError::Decode {
             addr: self.addr.clone(),
             api: api_name(R::KEY),
             version,
-            reason,
-        };
-        let mut buf = Bytes::from(frame);
-        let header = ResponseHeader::decode(&mut buf, R::Response::header_version(version))
-            .map_err(|e| decode_err(e.to_string()))?;
-        if header.correlation_id != correlation_id {
-            return Err(ClientError::CorrelationMismatch {
-                addr: self.addr.clone(),
-                expected: correlation_id,
-                got: header.correlation_id,
-            });
-        }
-        let response = R::Response::decode(&mut buf, version).map_err(|e| decode_err(e.to_string()))?;
+            reason: e.to_string(),
+        })?;
         if !buf.is_empty() {
             // As Kafka's Java client does: fields we do not know are not an
             // error (the librdkafka mock sends a stray byte after Metadata v12).
@@ -245,6 +275,53 @@ impl Connection {
             );
         }
         Ok(response)
+    }
+
+    /// Sends a request to an API `kafka-protocol` does not know (`api_key`,
+    /// named `api` in errors), whose body `encode` writes, and returns the
+    /// body of the response for the caller's own decoder.
+    pub async fn request_encoded(
+        &mut self,
+        api_key: i16,
+        api: &'static str,
+        version: i16,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> Result<Bytes, ClientError> {
+        let correlation_id = self
+            .send_frame(api_key, api, version, FLEXIBLE_REQUEST_HEADER_VERSION, encode)
+            .await?;
+        self.receive_response(correlation_id, api, version, FLEXIBLE_RESPONSE_HEADER_VERSION)
+            .await
+    }
+
+    /// Reads the next response frame whole and returns its body, after
+    /// checking that its header (at `header_version`) answers
+    /// `correlation_id`.
+    async fn receive_response(
+        &mut self,
+        correlation_id: i32,
+        api: &'static str,
+        version: i16,
+        header_version: i16,
+    ) -> Result<Bytes, ClientError> {
+        let frame_len = self.read_frame_len().await?;
+        let mut frame = vec![0u8; frame_len];
+        self.read_exact_into(&mut frame).await?;
+        let mut buf = Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut buf, header_version).map_err(|e| ClientError::Decode {
+            addr: self.addr.clone(),
+            api,
+            version,
+            reason: e.to_string(),
+        })?;
+        if header.correlation_id != correlation_id {
+            return Err(ClientError::CorrelationMismatch {
+                addr: self.addr.clone(),
+                expected: correlation_id,
+                got: header.correlation_id,
+            });
+        }
+        Ok(buf)
     }
 
     /// Reads the 4-byte size prefix of the next response frame.

@@ -8,6 +8,7 @@
 mod connection;
 mod error;
 pub mod error_codes;
+pub mod mirror_epochs;
 mod requests;
 
 pub use connection::{Connection, ConnectionOptions};

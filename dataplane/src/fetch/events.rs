@@ -7,7 +7,9 @@ use crate::log::TopicPartition;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopReason {
     /// A batch carried a leader epoch above the epoch we fetched with (the
-    /// KAFKA-18723 rule): the destination epoch must be bumped first.
+    /// KAFKA-18723 rule) or above the destination leader epoch (which must
+    /// stay above every mirrored batch's): the destination epoch must be
+    /// bumped first (reactive trigger). `fetch_epoch` is the lower of the two.
     EpochExceeded { batch_epoch: i32, fetch_epoch: i32 },
     /// The log could not be written (a full disk, an I/O error).
     LogFailed { error: String },
@@ -21,6 +23,26 @@ pub enum ShardEvent {
         tp: TopicPartition,
         log_end_offset: i64,
         high_watermark: i64,
+        /// Appended since the partition was placed on its shard.
+        appended_bytes: u64,
+        appended_batches: u64,
+    },
+    /// The partition was placed on its shard (after LME truncation, when
+    /// asked for: `truncated_to` is the new log end if it cut) and is
+    /// mirroring, or paused if placed so.
+    Placed {
+        mirror: String,
+        tp: TopicPartition,
+        log_end_offset: i64,
+        truncated_to: Option<i64>,
+    },
+    /// The source's leader epoch came within the threshold of the
+    /// destination epoch (proactive trigger): a bump is due, appends go on.
+    EpochBumpDue {
+        mirror: String,
+        tp: TopicPartition,
+        source_epoch: i32,
+        destination_epoch: i32,
     },
     /// The log was truncated to converge with the source.
     Truncated {
@@ -49,6 +71,8 @@ pub enum ShardEvent {
         tp: TopicPartition,
         log_end_offset: i64,
         leader_epoch: i32,
+        /// The last source leader epoch mirrored (LME), -1 if none.
+        last_mirror_epoch: i32,
         aborted_transactions: usize,
     },
     /// A command could not be carried out.

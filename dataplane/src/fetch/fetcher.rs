@@ -30,7 +30,7 @@ use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 use super::control::{Directive, Directives};
 use super::events::{ShardEvent, StopReason};
 use super::ingest::{AlignedBuffer, IngestMode};
-use super::partition::MirrorPartition;
+use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
 use super::supervisor::{MirrorSettings, now_ms};
 
 /// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
@@ -555,8 +555,7 @@ impl Fetcher {
         scratch: &mut AlignedBuffer,
     ) -> Result<(), ClientError> {
         let now = now_ms();
-        // Readers are told an epoch at least as high as anything they may read.
-        p.served.observe_epoch(p.fetch_epoch);
+        self.check_destination_epoch(p);
         match self.settings.ingest {
             IngestMode::Mmap => {
                 let mut log = p.log_mut();
@@ -593,10 +592,18 @@ impl Fetcher {
         // batch) starts an empty log at its base; on a non-empty log it
         // means the logs may have diverged.
         let (skip, straddling_base) = leading_batches_below(received, log_end, max_batch_bytes);
+        // Nothing above the destination epoch is appended: readers are told
+        // that epoch, and it must stay above every batch they may read.
+        let destination_epoch = p.served.leader_epoch.get();
+        let epoch_limit = if p.fetch_epoch >= 0 {
+            p.fetch_epoch.min(destination_epoch)
+        } else {
+            destination_epoch
+        };
         let validation = |next_offset| Validation {
             next_offset,
             max_batch_bytes,
-            fetch_epoch: (p.fetch_epoch >= 0).then_some(p.fetch_epoch),
+            fetch_epoch: (epoch_limit >= 0).then_some(epoch_limit),
             last_epoch,
         };
         let (range, committed) = match straddling_base {
@@ -646,6 +653,8 @@ impl Fetcher {
             return Ok(());
         }
         if range.batches > 0 {
+            p.appended_bytes += range.valid_bytes as u64;
+            p.appended_batches += range.batches as u64;
             p.failures = 0;
             self.appended.notify(usize::MAX);
         }
@@ -679,6 +688,28 @@ impl Fetcher {
         Ok(())
     }
 
+    /// The proactive epoch trigger: once the source's epoch (from metadata
+    /// or the batches appended) comes within the threshold of the
+    /// destination epoch, the control plane is told once per destination
+    /// epoch; appends go on meanwhile.
+    fn check_destination_epoch(&self, p: &mut MirrorPartition) {
+        let destination_epoch = p.served.leader_epoch.get();
+        let latest = p.log().epoch_cache().latest().map_or(-1, |e| e.epoch);
+        let source_epoch = p.fetch_epoch.max(latest);
+        if source_epoch >= 0
+            && source_epoch > destination_epoch - EPOCH_BUMP_THRESHOLD
+            && p.epoch_bump_reported_at != destination_epoch
+        {
+            p.epoch_bump_reported_at = destination_epoch;
+            self.event(ShardEvent::EpochBumpDue {
+                mirror: p.key.mirror.clone(),
+                tp: p.key.tp.clone(),
+                source_epoch,
+                destination_epoch,
+            });
+        }
+    }
+
     /// Reports progress at most once per interval, and always when the
     /// partition has just caught up with the source.
     fn report_progress(&self, p: &mut MirrorPartition) {
@@ -705,6 +736,8 @@ impl Fetcher {
                 tp: p.key.tp.clone(),
                 log_end_offset: end,
                 high_watermark: p.high_watermark,
+                appended_bytes: p.appended_bytes,
+                appended_batches: p.appended_batches,
             });
         }
     }

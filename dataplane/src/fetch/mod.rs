@@ -21,5 +21,5 @@ pub use control::{MirrorCommand, MirrorInbox};
 pub use events::{ShardEvent, StopReason};
 pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
-pub use partition::{MirrorPartition, PartitionKey, shard_for, stable_hash};
-pub use supervisor::{MirrorSettings, run_mirror};
+pub use partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition, PartitionKey, shard_for, stable_hash};
+pub use supervisor::{MirrorSettings, mirror_ended, run_mirror};

@@ -69,7 +69,17 @@ pub struct MirrorPartition {
     pub last_progress_offset: i64,
     /// The (recovery point, log start) last reported for the checkpoints.
     pub last_checkpoint: (i64, i64),
+    /// The destination epoch for which a bump was last reported due.
+    pub epoch_bump_reported_at: i32,
+    /// Bytes and batches appended since the partition was placed (metrics).
+    pub appended_bytes: u64,
+    pub appended_batches: u64,
 }
+
+/// How close the source's leader epoch may come to the destination epoch
+/// before a bump is due (KIP-1279's threshold; the control plane's rules
+/// in `ringmirror_control::epochs` use the same constant).
+pub const EPOCH_BUMP_THRESHOLD: i32 = 3;
 
 impl MirrorPartition {
     pub fn new(key: PartitionKey, served: Rc<ServedPartition>) -> Self {
@@ -85,6 +95,9 @@ impl MirrorPartition {
             last_progress_ms: 0,
             last_progress_offset: -1,
             last_checkpoint: (-1, -1),
+            epoch_bump_reported_at: i32::MIN,
+            appended_bytes: 0,
+            appended_batches: 0,
         }
     }
 

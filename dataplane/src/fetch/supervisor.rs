@@ -21,6 +21,37 @@ use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 
+/// The event for a partition whose mirroring just ended at `leader_epoch`.
+pub fn mirror_ended(
+    registry: &Registry,
+    mirror: String,
+    tp: crate::log::TopicPartition,
+    ended: &crate::log::EndedMirroring,
+    leader_epoch: i32,
+) -> ShardEvent {
+    // The last source epoch mirrored: the closing markers carry the new
+    // destination epoch, everything below is the source's (the same answer
+    // when a restart finishes an interrupted end).
+    let last_mirror_epoch = registry.get(&tp).map_or(-1, |served| {
+        let log = served.log.borrow();
+        log.epoch_cache()
+            .entries()
+            .iter()
+            .rev()
+            .find(|e| e.epoch < leader_epoch)
+            .map_or(-1, |e| e.epoch)
+    });
+    tracing::info!(mirror, %tp, ?ended, leader_epoch, last_mirror_epoch, "mirroring ended; the partition is writable");
+    ShardEvent::MirrorEnded {
+        mirror,
+        tp,
+        log_end_offset: ended.log_end_offset,
+        leader_epoch,
+        last_mirror_epoch,
+        aborted_transactions: ended.aborted_transactions,
+    }
+}
+
 /// How often an idle supervisor looks for commands and returned partitions.
 const IDLE_POLL_MS: u64 = 20;
 
@@ -263,16 +294,7 @@ impl Supervisor {
         drop(partition);
         let cluster_id = self.source_cluster_id.clone().unwrap_or_default();
         match self.registry.end_mirroring(&tp, &cluster_id) {
-            Ok((ended, leader_epoch)) => {
-                tracing::info!(mirror, %tp, ?ended, leader_epoch, "mirroring ended; the partition is writable");
-                self.event(ShardEvent::MirrorEnded {
-                    mirror,
-                    tp,
-                    log_end_offset: ended.log_end_offset,
-                    leader_epoch,
-                    aborted_transactions: ended.aborted_transactions,
-                });
-            }
+            Ok((ended, leader_epoch)) => self.event(mirror_ended(&self.registry, mirror, tp, &ended, leader_epoch)),
             Err(error) => self.event(ShardEvent::CommandFailed {
                 mirror,
                 tp,

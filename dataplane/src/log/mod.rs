@@ -14,6 +14,7 @@
 //! is served; after a crash only the longest valid prefix survives.
 
 mod checkpoint;
+pub mod compacted;
 mod config;
 mod end_mirroring;
 mod epoch_cache;
@@ -27,6 +28,7 @@ mod producer_state;
 mod segment;
 mod txn_index;
 
+pub use compacted::{CompactedLog, KeyedRecord};
 pub use config::LogConfig;
 pub use end_mirroring::EndedMirroring;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};

@@ -840,6 +840,34 @@ impl PartitionLog {
         fsync_dir(&self.dir)
     }
 
+    /// LME truncation (KIP-1279's first convergence phase, before a mirror
+    /// starts fetching into this log): cuts the log at the start of the
+    /// first leader epoch above `last_mirror_epoch`, the last epoch the
+    /// source mirrored from us — what we wrote after it diverged. An LME of
+    /// -1 (a source that never mirrored from us) means nothing here is the
+    /// source's: the log is emptied and starts at 0 (the fetcher then moves
+    /// up to the source's log start). Returns the new log end when it cut.
+    pub fn truncate_above_epoch(&mut self, last_mirror_epoch: i32) -> Result<Option<i64>> {
+        if last_mirror_epoch < 0 {
+            if self.log_start_offset == 0 && self.next_offset == 0 {
+                return Ok(None);
+            }
+            self.truncate_fully_and_start_at(0)?;
+            return Ok(Some(0));
+        }
+        let Some(cut) = self
+            .epochs
+            .entries()
+            .iter()
+            .find(|e| e.epoch > last_mirror_epoch)
+            .map(|e| e.start_offset)
+        else {
+            return Ok(None);
+        };
+        self.truncate_to(cut)?;
+        Ok(Some(self.next_offset))
+    }
+
     /// Deletes everything and starts an empty log whose start and end are `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
         tracing::info!(dir = %self.dir.display(), offset, "truncating log fully");

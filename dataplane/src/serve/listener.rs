@@ -22,8 +22,9 @@ use kafka_protocol::protocol::Encodable;
 use super::catalog::CatalogView;
 use super::fetch::FetchSession;
 use super::handlers;
+use super::mirror_reports::MirrorReportsHandle;
 use super::registry::{ShardAccess, ShardLinks};
-use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, decode_request};
+use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
 use crate::wire::EncodedFetchResponse;
 
 /// Kafka's `socket.request.max.bytes` default.
@@ -75,12 +76,22 @@ impl ListenerSettings {
 
 /// Accepts connections on this shard's `listener` (bound to the shared
 /// port) until the executor ends.
-pub async fn run_listener(listener: TcpListener, settings: ListenerSettings, access: ShardAccess) {
+pub async fn run_listener(
+    listener: TcpListener,
+    settings: ListenerSettings,
+    access: ShardAccess,
+    mirror_reports: Arc<MirrorReportsHandle>,
+) {
     let settings = Rc::new(settings);
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let conn = ClientConnection::new(stream, Rc::clone(&settings), access.clone());
+                let conn = ClientConnection::new(
+                    stream,
+                    Rc::clone(&settings),
+                    access.clone(),
+                    Arc::clone(&mirror_reports),
+                );
                 glommio::spawn_local(conn.serve()).detach();
             }
             Err(e) => {
@@ -116,12 +127,37 @@ pub async fn serve_handed_off(
     handed: async_channel::Receiver<AcceptedTcpStream>,
     settings: ListenerSettings,
     access: ShardAccess,
+    mirror_reports: Arc<MirrorReportsHandle>,
 ) {
     let settings = Rc::new(settings);
     while let Ok(stream) = handed.recv().await {
-        let conn = ClientConnection::new(stream.bind_to_executor(), Rc::clone(&settings), access.clone());
+        let conn = ClientConnection::new(
+            stream.bind_to_executor(),
+            Rc::clone(&settings),
+            access.clone(),
+            Arc::clone(&mirror_reports),
+        );
         glommio::spawn_local(conn.serve()).detach();
     }
+}
+
+/// A response frame: the size prefix, the header at `header_version`, and
+/// the body `encode` writes.
+fn response_frame(
+    header_version: i16,
+    correlation_id: i32,
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+) -> Result<BytesMut, String> {
+    let mut buf = BytesMut::with_capacity(128);
+    buf.extend_from_slice(&[0; 4]);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, header_version)
+        .map_err(|e| e.to_string())?;
+    encode(&mut buf)?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
 }
 
 /// One client connection and what its handlers need.
@@ -131,13 +167,20 @@ pub struct ClientConnection {
     pub settings: Rc<ListenerSettings>,
     pub access: ShardAccess,
     pub catalog: CatalogView,
+    /// What the control plane reports of each mirror (DescribeClusterMirrors).
+    pub mirror_reports: Arc<MirrorReportsHandle>,
     /// This connection's incremental fetch session, if the client made one.
     pub fetch_session: Option<FetchSession>,
     copy_buffer: Vec<u8>,
 }
 
 impl ClientConnection {
-    fn new(stream: TcpStream, settings: Rc<ListenerSettings>, access: ShardAccess) -> Self {
+    fn new(
+        stream: TcpStream,
+        settings: Rc<ListenerSettings>,
+        access: ShardAccess,
+        mirror_reports: Arc<MirrorReportsHandle>,
+    ) -> Self {
         let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
         // Responses are written whole; Nagle would only delay them.
         let _ = stream.set_nodelay(true);
@@ -151,6 +194,7 @@ impl ClientConnection {
             settings,
             access,
             catalog,
+            mirror_reports,
             fetch_session: None,
             copy_buffer: Vec::new(),
         }
@@ -178,7 +222,7 @@ impl ClientConnection {
             let result = match decode_request(frame) {
                 Ok((header, request)) => handlers::handle(&mut self, header, request).await,
                 Err(RequestError::UnsupportedVersion {
-                    api: ApiKey::ApiVersions,
+                    api: ServedApi::ApiVersions,
                     correlation_id,
                     ..
                 }) => handlers::unsupported_api_versions(&mut self, correlation_id).await,
@@ -229,21 +273,40 @@ impl ClientConnection {
         correlation_id: i32,
         body: &T,
     ) -> std::io::Result<()> {
-        let mut buf = BytesMut::with_capacity(128);
-        buf.extend_from_slice(&[0; 4]);
-        let encoded = ResponseHeader::default()
-            .with_correlation_id(correlation_id)
-            .encode(&mut buf, api.response_header_version(version))
-            .and_then(|()| body.encode(&mut buf, version));
-        if let Err(e) = encoded {
-            // Our own response failed to encode: a bug, reported, and the
-            // client is disconnected rather than sent a broken frame.
-            tracing::error!(?api, version, error = %e, "cannot encode response");
-            return Err(std::io::Error::other(e.to_string()));
+        let frame = response_frame(api.response_header_version(version), correlation_id, |buf| {
+            body.encode(buf, version).map_err(|e| e.to_string())
+        });
+        self.send_response(frame, &api, version).await
+    }
+
+    /// Sends a response whose body `encode` writes: for the APIs
+    /// kafka-protocol does not know, encoded by hand (see `crate::wire`).
+    pub async fn respond_encoded(
+        &mut self,
+        api: ServedApi,
+        version: i16,
+        correlation_id: i32,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> std::io::Result<()> {
+        let frame = response_frame(api.response_header_version(version), correlation_id, encode);
+        self.send_response(frame, &api, version).await
+    }
+
+    async fn send_response(
+        &mut self,
+        frame: Result<BytesMut, String>,
+        api: &dyn std::fmt::Debug,
+        version: i16,
+    ) -> std::io::Result<()> {
+        match frame {
+            Ok(frame) => self.stream.write_all(&frame).await,
+            Err(e) => {
+                // Our own response failed to encode: a bug, reported, and
+                // the client is disconnected rather than sent a broken frame.
+                tracing::error!(?api, version, error = %e, "cannot encode response");
+                Err(std::io::Error::other(e))
+            }
         }
-        let size = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).await
     }
 
     /// Sends a Fetch response: its encoded fields, and the records from

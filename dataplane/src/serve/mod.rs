@@ -9,12 +9,15 @@
 //! * [`listener`] — accepting, framing, sending (records via sendfile).
 //! * [`handlers`], [`fetch`] and [`write`] — the answers (`write`: local
 //!   topics, producer ids, Produce).
+//! * [`mirror_reports`] — what the control plane reports of each mirror,
+//!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
 
 pub mod catalog;
 mod fetch;
 pub mod groups;
 mod handlers;
 pub mod listener;
+pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;
 pub mod request;
@@ -25,8 +28,9 @@ pub use listener::{
     AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_acceptor, run_listener,
     serve_handed_off,
 };
+pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
 pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
 };
-pub use request::{Request, RequestError, SUPPORTED_APIS, decode_request};
+pub use request::{Request, RequestError, SUPPORTED_APIS, ServedApi, decode_request};

@@ -202,6 +202,21 @@ impl Registry {
         Ok((ended, epoch))
     }
 
+    /// Makes a local topic's partition mirrored data again (failback: a
+    /// mirror claims it and converges it with its source by truncation).
+    /// The marker goes first, durably, so a crash leaves it mirrored data.
+    pub fn reclaim_local(&self, tp: &TopicPartition, mirror: &str) -> Result<Rc<ServedPartition>, String> {
+        let served = self.get(tp).ok_or_else(|| format!("{tp} is not open"))?;
+        let dir = self.log_dir.partition_dir(tp);
+        let marker = dir.join(LOCAL_TOPIC_MARKER);
+        std::fs::remove_file(&marker)
+            .and_then(|()| std::fs::File::open(&dir)?.sync_all())
+            .map_err(|e| format!("remove {}: {e}", marker.display()))?;
+        let claimed = served.claimed_by(mirror);
+        self.register(tp.clone(), Rc::clone(&claimed));
+        Ok(claimed)
+    }
+
     /// Starts serving a partition: it is in the registry and the catalog.
     pub fn register(&self, tp: TopicPartition, partition: Rc<ServedPartition>) {
         let topic_id = partition.log.borrow().topic_id();

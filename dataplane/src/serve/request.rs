@@ -1,9 +1,11 @@
 //! Requests as they arrive: the frame's header, checked against the APIs
 //! and versions we serve, and the body decoded with the `kafka-protocol`
-//! schemas. Anything we cannot take comes back as a [`RequestError`] that
-//! says what was wrong and whether the client gets an answer (an
-//! ApiVersions request at a version we do not speak) or the connection is
-//! closed (what Kafka brokers do for the rest).
+//! schemas, or with our own for the APIs it does not know
+//! (`DescribeClusterMirrors`, see [`crate::wire::describe_cluster_mirrors`]).
+//! Anything we cannot take comes back as a [`RequestError`] that says what
+//! was wrong and whether the client gets an answer (an ApiVersions request
+//! at a version we do not speak) or the connection is closed (what Kafka
+//! brokers do for the rest).
 
 use std::panic::AssertUnwindSafe;
 
@@ -16,30 +18,107 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::Decodable;
 
 use super::groups::api::GroupRequest;
+use crate::wire::describe_cluster_mirrors::{self, DescribeClusterMirrorsRequest};
+
+/// An API we serve, with Kafka's key as its value (`api as i16`). It is
+/// not [`ApiKey`] because `kafka-protocol` does not know every API we serve
+/// (KIP-1279's `DescribeClusterMirrors`, key 99). It compares equal to the
+/// `ApiKey` of the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ServedApi {
+    Produce = ApiKey::Produce as i16,
+    Fetch = ApiKey::Fetch as i16,
+    ListOffsets = ApiKey::ListOffsets as i16,
+    Metadata = ApiKey::Metadata as i16,
+    OffsetCommit = ApiKey::OffsetCommit as i16,
+    OffsetFetch = ApiKey::OffsetFetch as i16,
+    FindCoordinator = ApiKey::FindCoordinator as i16,
+    JoinGroup = ApiKey::JoinGroup as i16,
+    Heartbeat = ApiKey::Heartbeat as i16,
+    LeaveGroup = ApiKey::LeaveGroup as i16,
+    SyncGroup = ApiKey::SyncGroup as i16,
+    DescribeGroups = ApiKey::DescribeGroups as i16,
+    ListGroups = ApiKey::ListGroups as i16,
+    ApiVersions = ApiKey::ApiVersions as i16,
+    CreateTopics = ApiKey::CreateTopics as i16,
+    DeleteGroups = ApiKey::DeleteGroups as i16,
+    InitProducerId = ApiKey::InitProducerId as i16,
+    OffsetForLeaderEpoch = ApiKey::OffsetForLeaderEpoch as i16,
+    DescribeAcls = ApiKey::DescribeAcls as i16,
+    DescribeConfigs = ApiKey::DescribeConfigs as i16,
+    DescribeCluster = ApiKey::DescribeCluster as i16,
+    DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
+}
+
+impl ServedApi {
+    /// The `kafka-protocol` key, for the APIs it knows.
+    pub fn kafka(self) -> Option<ApiKey> {
+        match self {
+            Self::DescribeClusterMirrors => None,
+            known => ApiKey::try_from(known as i16).ok(),
+        }
+    }
+
+    /// The request header version for `version` of this API. APIs that
+    /// `kafka-protocol` does not know are all flexible (every API added
+    /// since KIP-482 is), so their requests have header v2.
+    pub fn request_header_version(self, version: i16) -> i16 {
+        self.kafka().map_or(2, |api| api.request_header_version(version))
+    }
+
+    /// The response header version, by the same rule (v1 when flexible).
+    pub fn response_header_version(self, version: i16) -> i16 {
+        self.kafka().map_or(1, |api| api.response_header_version(version))
+    }
+}
+
+impl TryFrom<i16> for ServedApi {
+    type Error = ();
+
+    fn try_from(key: i16) -> Result<Self, ()> {
+        SUPPORTED_APIS
+            .iter()
+            .map(|&(api, _, _)| api)
+            .find(|&api| api as i16 == key)
+            .ok_or(())
+    }
+}
+
+impl PartialEq<ApiKey> for ServedApi {
+    fn eq(&self, other: &ApiKey) -> bool {
+        self.kafka() == Some(*other)
+    }
+}
 
 /// The APIs we serve and the versions of each (what ApiVersions advertises).
-pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 1, 12),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::DescribeAcls, 1, 3),
-    (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::DescribeCluster, 0, 1),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::FindCoordinator, 0, 5),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::DeleteGroups, 0, 2),
+pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
+    (ServedApi::Produce, 3, 9),
+    (ServedApi::Fetch, 4, 16),
+    (ServedApi::ListOffsets, 1, 7),
+    (ServedApi::Metadata, 1, 12),
+    (ServedApi::DescribeConfigs, 1, 4),
+    (ServedApi::DescribeAcls, 1, 3),
+    (ServedApi::ApiVersions, 0, 3),
+    (ServedApi::OffsetForLeaderEpoch, 2, 4),
+    (ServedApi::DescribeCluster, 0, 1),
+    (ServedApi::CreateTopics, 2, 7),
+    (ServedApi::InitProducerId, 0, 4),
+    (ServedApi::FindCoordinator, 0, 5),
+    (ServedApi::JoinGroup, 0, 9),
+    (ServedApi::SyncGroup, 0, 5),
+    (ServedApi::Heartbeat, 0, 4),
+    (ServedApi::LeaveGroup, 0, 5),
+    (ServedApi::OffsetCommit, 2, 9),
+    (ServedApi::OffsetFetch, 1, 9),
+    (ServedApi::ListGroups, 0, 5),
+    (ServedApi::DescribeGroups, 0, 6),
+    (ServedApi::DeleteGroups, 0, 2),
+    (
+        ServedApi::DescribeClusterMirrors,
+        describe_cluster_mirrors::VERSION,
+        describe_cluster_mirrors::VERSION,
+    ),
 ];
 
 /// The smallest frame that can hold a request header (key, version,
@@ -47,11 +126,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
 pub const REQUEST_HEADER_BYTES_MIN: usize = 10;
 
 /// The versions of `api` we serve.
-pub fn supported_versions(api: ApiKey) -> Option<(i16, i16)> {
+pub fn supported_versions(api: ServedApi) -> (i16, i16) {
     SUPPORTED_APIS
         .iter()
         .find(|(key, _, _)| *key == api)
-        .map(|&(_, min, max)| (min, max))
+        .map_or((0, -1), |&(_, min, max)| (min, max))
 }
 
 #[derive(Debug)]
@@ -69,6 +148,7 @@ pub enum Request {
     InitProducerId(InitProducerIdRequest),
     /// The group coordinator's APIs.
     Group(GroupRequest),
+    DescribeClusterMirrors(DescribeClusterMirrorsRequest),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -79,7 +159,7 @@ pub enum RequestError {
     UnknownApi { api_key: i16, correlation_id: i32 },
     #[error("{api:?} v{version} is not served (we serve v{min}-v{max})")]
     UnsupportedVersion {
-        api: ApiKey,
+        api: ServedApi,
         version: i16,
         min: i16,
         max: i16,
@@ -89,7 +169,7 @@ pub enum RequestError {
     UnsupportedApi { api: ApiKey, correlation_id: i32 },
     #[error("malformed {api:?} v{version} request: {reason}")]
     Malformed {
-        api: ApiKey,
+        api: ServedApi,
         version: i16,
         correlation_id: i32,
         reason: String,
@@ -123,11 +203,17 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
     }
     let mut fixed = &frame[..8];
     let (api_key, version, correlation_id) = (fixed.get_i16(), fixed.get_i16(), fixed.get_i32());
-    let api = ApiKey::try_from(api_key).map_err(|()| RequestError::UnknownApi {
-        api_key,
-        correlation_id,
-    })?;
-    let (min, max) = supported_versions(api).ok_or(RequestError::UnsupportedApi { api, correlation_id })?;
+    // Served APIs first: some are unknown to kafka-protocol's ApiKey.
+    let Ok(api) = ServedApi::try_from(api_key) else {
+        return Err(match ApiKey::try_from(api_key) {
+            Ok(api) => RequestError::UnsupportedApi { api, correlation_id },
+            Err(()) => RequestError::UnknownApi {
+                api_key,
+                correlation_id,
+            },
+        });
+    };
+    let (min, max) = supported_versions(api);
     if !(min..=max).contains(&version) {
         return Err(RequestError::UnsupportedVersion {
             api,
@@ -146,8 +232,14 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
     let mut body = frame;
     let header_version = api.request_header_version(version);
     let header = guarded(|| RequestHeader::decode(&mut body, header_version)).map_err(malformed)?;
+    let Some(kafka_api) = api.kafka() else {
+        // The one API kafka-protocol does not know (see ServedApi::kafka),
+        // decoded by hand, from the body as a slice.
+        let request = DescribeClusterMirrorsRequest::decode(&body).map_err(|e| malformed(e.into()))?;
+        return Ok((header, Request::DescribeClusterMirrors(request)));
+    };
     let body = &mut body;
-    let request = match api {
+    let request = match kafka_api {
         ApiKey::ApiVersions => Request::ApiVersions(decode(body, version).map_err(malformed)?),
         ApiKey::Metadata => Request::Metadata(decode(body, version).map_err(malformed)?),
         ApiKey::Fetch => Request::Fetch(decode(body, version).map_err(malformed)?),
@@ -173,7 +265,7 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
             Request::Group(GroupRequest::DescribeGroups(decode(body, version).map_err(malformed)?))
         }
         ApiKey::DeleteGroups => Request::Group(GroupRequest::DeleteGroups(decode(body, version).map_err(malformed)?)),
-        _ => return Err(RequestError::UnsupportedApi { api, correlation_id }),
+        api => return Err(RequestError::UnsupportedApi { api, correlation_id }),
     };
     Ok((header, request))
 }
@@ -185,7 +277,7 @@ mod tests {
 
     use super::*;
 
-    fn frame<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Bytes {
+    fn header(api: ServedApi, version: i16) -> BytesMut {
         let mut buf = BytesMut::new();
         RequestHeader::default()
             .with_request_api_key(api as i16)
@@ -194,7 +286,18 @@ mod tests {
             .with_client_id(Some(StrBytes::from_static_str("test")))
             .encode(&mut buf, api.request_header_version(version))
             .unwrap();
+        buf
+    }
+
+    fn frame<T: Encodable>(api: ServedApi, version: i16, body: &T) -> Bytes {
+        let mut buf = header(api, version);
         body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    fn mirrors_frame(request: &DescribeClusterMirrorsRequest) -> Bytes {
+        let mut buf = header(ServedApi::DescribeClusterMirrors, 0);
+        request.encode(&mut buf).unwrap();
         buf.freeze()
     }
 
@@ -202,7 +305,7 @@ mod tests {
     fn decodes_every_supported_version_of_metadata() {
         for version in 1..=12 {
             let (header, request) =
-                decode_request(frame(ApiKey::Metadata, version, &MetadataRequest::default())).unwrap();
+                decode_request(frame(ServedApi::Metadata, version, &MetadataRequest::default())).unwrap();
             assert_eq!(header.correlation_id, 42);
             assert!(matches!(request, Request::Metadata(_)));
         }
@@ -210,7 +313,7 @@ mod tests {
 
     #[test]
     fn refuses_what_we_do_not_serve() {
-        let f = frame(ApiKey::Fetch, 17, &FetchRequest::default());
+        let f = frame(ServedApi::Fetch, 17, &FetchRequest::default());
         assert!(matches!(
             decode_request(f),
             Err(RequestError::UnsupportedVersion { correlation_id: 42, .. })
@@ -231,34 +334,93 @@ mod tests {
             decode_request(Bytes::from_static(&[0; 4])).unwrap_err(),
             RequestError::TooShort { len: 4 }
         );
+        let mut unserved = BytesMut::new();
+        unserved.put_i16(ApiKey::DeleteTopics as i16);
+        unserved.put_i16(0);
+        unserved.put_i32(8);
+        unserved.put_i16(-1);
+        assert_eq!(
+            decode_request(unserved.freeze()).unwrap_err(),
+            RequestError::UnsupportedApi {
+                api: ApiKey::DeleteTopics,
+                correlation_id: 8
+            }
+        );
+    }
+
+    #[test]
+    fn served_apis_carry_kafkas_keys() {
+        for &(api, _, _) in SUPPORTED_APIS {
+            assert_eq!(ServedApi::try_from(api as i16), Ok(api));
+            match api.kafka() {
+                Some(key) => {
+                    assert_eq!(key as i16, api as i16);
+                    assert!(api == key);
+                }
+                None => assert_eq!(api, ServedApi::DescribeClusterMirrors),
+            }
+        }
+        assert_eq!(ServedApi::DescribeClusterMirrors as i16, 99);
+        assert_eq!(ServedApi::DescribeClusterMirrors.request_header_version(0), 2);
+        assert_eq!(ServedApi::DescribeClusterMirrors.response_header_version(0), 1);
+        // ApiVersions responses keep header v0 whatever the version.
+        assert_eq!(ServedApi::ApiVersions.response_header_version(3), 0);
+        assert!(ServedApi::try_from(ApiKey::DeleteTopics as i16).is_err());
+    }
+
+    #[test]
+    fn describe_cluster_mirrors_reaches_its_decoder() {
+        let request = DescribeClusterMirrorsRequest {
+            mirror_names: vec!["dr".into()],
+            cluster_id: Some("A".into()),
+            ..DescribeClusterMirrorsRequest::default()
+        };
+        let (decoded_header, decoded) = decode_request(mirrors_frame(&request)).unwrap();
+        assert_eq!(
+            (decoded_header.request_api_key, decoded_header.correlation_id),
+            (99, 42)
+        );
+        assert!(matches!(decoded, Request::DescribeClusterMirrors(r) if r == request));
+        let mut v1 = header(ServedApi::DescribeClusterMirrors, 1);
+        request.encode(&mut v1).unwrap();
+        assert!(matches!(
+            decode_request(v1.freeze()),
+            Err(RequestError::UnsupportedVersion {
+                api: ServedApi::DescribeClusterMirrors,
+                version: 1,
+                min: 0,
+                max: 0,
+                correlation_id: 42
+            })
+        ));
     }
 
     /// A request of a served kind with kafka-protocol's defaults.
-    fn default_frame(api: ApiKey, version: i16) -> Bytes {
+    fn default_frame(api: ServedApi, version: i16) -> Bytes {
         use kafka_protocol::messages as km;
         match api {
-            ApiKey::Produce => frame(api, version, &ProduceRequest::default()),
-            ApiKey::Fetch => frame(api, version, &FetchRequest::default()),
-            ApiKey::ListOffsets => frame(api, version, &ListOffsetsRequest::default()),
-            ApiKey::Metadata => frame(api, version, &MetadataRequest::default()),
-            ApiKey::DescribeConfigs => frame(api, version, &DescribeConfigsRequest::default()),
-            ApiKey::DescribeAcls => frame(api, version, &DescribeAclsRequest::default()),
-            ApiKey::ApiVersions => frame(api, version, &ApiVersionsRequest::default()),
-            ApiKey::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
-            ApiKey::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),
-            ApiKey::CreateTopics => frame(api, version, &CreateTopicsRequest::default()),
-            ApiKey::InitProducerId => frame(api, version, &InitProducerIdRequest::default()),
-            ApiKey::FindCoordinator => frame(api, version, &km::FindCoordinatorRequest::default()),
-            ApiKey::JoinGroup => frame(api, version, &km::JoinGroupRequest::default()),
-            ApiKey::SyncGroup => frame(api, version, &km::SyncGroupRequest::default()),
-            ApiKey::Heartbeat => frame(api, version, &km::HeartbeatRequest::default()),
-            ApiKey::LeaveGroup => frame(api, version, &km::LeaveGroupRequest::default()),
-            ApiKey::OffsetCommit => frame(api, version, &km::OffsetCommitRequest::default()),
-            ApiKey::OffsetFetch => frame(api, version, &km::OffsetFetchRequest::default()),
-            ApiKey::ListGroups => frame(api, version, &km::ListGroupsRequest::default()),
-            ApiKey::DescribeGroups => frame(api, version, &km::DescribeGroupsRequest::default()),
-            ApiKey::DeleteGroups => frame(api, version, &km::DeleteGroupsRequest::default()),
-            _ => unreachable!("{api:?} is not served"),
+            ServedApi::Produce => frame(api, version, &ProduceRequest::default()),
+            ServedApi::Fetch => frame(api, version, &FetchRequest::default()),
+            ServedApi::ListOffsets => frame(api, version, &ListOffsetsRequest::default()),
+            ServedApi::Metadata => frame(api, version, &MetadataRequest::default()),
+            ServedApi::DescribeConfigs => frame(api, version, &DescribeConfigsRequest::default()),
+            ServedApi::DescribeAcls => frame(api, version, &DescribeAclsRequest::default()),
+            ServedApi::ApiVersions => frame(api, version, &ApiVersionsRequest::default()),
+            ServedApi::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
+            ServedApi::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),
+            ServedApi::CreateTopics => frame(api, version, &CreateTopicsRequest::default()),
+            ServedApi::InitProducerId => frame(api, version, &InitProducerIdRequest::default()),
+            ServedApi::FindCoordinator => frame(api, version, &km::FindCoordinatorRequest::default()),
+            ServedApi::JoinGroup => frame(api, version, &km::JoinGroupRequest::default()),
+            ServedApi::SyncGroup => frame(api, version, &km::SyncGroupRequest::default()),
+            ServedApi::Heartbeat => frame(api, version, &km::HeartbeatRequest::default()),
+            ServedApi::LeaveGroup => frame(api, version, &km::LeaveGroupRequest::default()),
+            ServedApi::OffsetCommit => frame(api, version, &km::OffsetCommitRequest::default()),
+            ServedApi::OffsetFetch => frame(api, version, &km::OffsetFetchRequest::default()),
+            ServedApi::ListGroups => frame(api, version, &km::ListGroupsRequest::default()),
+            ServedApi::DescribeGroups => frame(api, version, &km::DescribeGroupsRequest::default()),
+            ServedApi::DeleteGroups => frame(api, version, &km::DeleteGroupsRequest::default()),
+            ServedApi::DescribeClusterMirrors => mirrors_frame(&DescribeClusterMirrorsRequest::default()),
         }
     }
 
@@ -300,7 +462,7 @@ mod tests {
     #[test]
     fn a_truncated_body_is_malformed() {
         let f = frame(
-            ApiKey::Metadata,
+            ServedApi::Metadata,
             4,
             &MetadataRequest::default().with_topics(Some(vec![Default::default()])),
         );

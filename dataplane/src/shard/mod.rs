@@ -15,12 +15,14 @@ use glommio::net::TcpListener;
 use glommio::task::JoinHandle;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 
-use crate::fetch::{MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, run_mirror};
-use crate::log::{LogConfig, LogDir, TopicPartition};
+use crate::fetch::{
+    MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, mirror_ended, run_mirror,
+};
+use crate::log::{EndedMirroring, LogConfig, LogDir, TopicPartition};
 use crate::serve::registry::{ending_mirror, is_local_partition};
 use crate::serve::{
-    AcceptMode, CatalogHandle, ListenerSettings, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd,
-    ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
+    AcceptMode, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServedPartition,
+    ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
 };
 
 /// What one shard starts with.
@@ -42,6 +44,8 @@ pub struct ShardServing {
     /// Told once the shard is up (its listener bound), or why it is not.
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
     pub catalog: Arc<CatalogHandle>,
+    /// What the control plane reports of each mirror, for DescribeClusterMirrors.
+    pub mirror_reports: Arc<MirrorReportsHandle>,
     pub producer_ids: Arc<ProducerIds>,
     pub links: Arc<ShardLinks>,
     pub end: ShardLinkEnd,
@@ -60,6 +64,12 @@ pub enum ShardCommand {
     AddPartition {
         settings: MirrorSettings,
         key: PartitionKey,
+        start: PartitionStart,
+    },
+    /// Raise the destination leader epoch clients are told (an epoch bump).
+    SetLeaderEpoch {
+        tp: TopicPartition,
+        epoch: i32,
     },
     RemovePartition {
         mirror: String,
@@ -79,10 +89,35 @@ pub enum ShardCommand {
         mirror: String,
         tp: TopicPartition,
     },
+    /// End mirroring of a partition no fetcher holds (a stop the control
+    /// plane finishes after a restart, or of a partition that never got
+    /// placed): idempotent, and reported with `MirrorEnded` like any end.
+    EndMirroringUnplaced {
+        mirror: String,
+        tp: TopicPartition,
+        source_cluster_id: String,
+    },
     /// Answered once every command before it has been carried out.
     Barrier(std::sync::mpsc::Sender<()>),
     /// Finish in-flight appends, flush and close every log, and end.
     Stop,
+}
+
+/// How the control plane places a partition on its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionStart {
+    /// The destination leader epoch (DLE) clients are told; always above
+    /// the source epochs of the batches mirrored (the fetcher stops at a
+    /// batch above it).
+    pub destination_epoch: i32,
+    /// LME truncation to run first (PREPARING), with the last mirror epoch
+    /// the source answered; `None` when resuming a partition already mirroring.
+    pub truncate_above_epoch: Option<i32>,
+    /// Placed without fetching (a PAUSED partition after a restart).
+    pub paused: bool,
+    /// The partition may be a local topic's (failback: mirroring back into
+    /// a topic that was failed over); otherwise a local topic is left alone.
+    pub claim_local: bool,
 }
 
 /// A partition's offsets after its log was closed, for the checkpoints.
@@ -177,13 +212,20 @@ pub fn spawn_shard(
                         let _ = serving.ready.send(Ok(()));
                         match (settings.accept, listener) {
                             (AcceptMode::EachShard, Some(listener)) => {
-                                glommio::spawn_local(run_listener(listener, settings, access)).detach();
+                                glommio::spawn_local(run_listener(listener, settings, access, serving.mirror_reports))
+                                    .detach();
                             }
                             (_, listener) => {
                                 if let Some(listener) = listener {
                                     glommio::spawn_local(run_acceptor(listener, Arc::clone(&access.links))).detach();
                                 }
-                                glommio::spawn_local(serve_handed_off(serving.end.handoff, settings, access)).detach();
+                                glommio::spawn_local(serve_handed_off(
+                                    serving.end.handoff,
+                                    settings,
+                                    access,
+                                    serving.mirror_reports,
+                                ))
+                                .detach();
                             }
                         }
                     }
@@ -251,8 +293,22 @@ impl Shard {
                     }
                     continue;
                 }
-                ShardCommand::AddPartition { settings, key } => {
-                    self.add_partition(settings, key);
+                ShardCommand::AddPartition { settings, key, start } => {
+                    self.add_partition(settings, key, start);
+                    continue;
+                }
+                ShardCommand::EndMirroringUnplaced {
+                    mirror,
+                    tp,
+                    source_cluster_id,
+                } => {
+                    self.end_unplaced(mirror, tp, &source_cluster_id);
+                    continue;
+                }
+                ShardCommand::SetLeaderEpoch { tp, epoch } => {
+                    if let Some(served) = self.registry.get(&tp) {
+                        served.observe_epoch(epoch);
+                    }
                     continue;
                 }
                 ShardCommand::RemovePartition { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Remove(tp)),
@@ -303,7 +359,46 @@ impl Shard {
         Ok(())
     }
 
-    fn add_partition(&mut self, settings: MirrorSettings, key: PartitionKey) {
+    fn end_unplaced(&self, mirror: String, tp: TopicPartition, source_cluster_id: &str) {
+        let Some(served) = self.registry.get(&tp) else {
+            let error = "end mirroring: the partition is not open".to_string();
+            let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
+            return;
+        };
+        let event = if served.mirror.is_none() && ending_mirror(&self.log_dir, &tp).is_none() {
+            // Already ended (finished at start-up): report it, change nothing.
+            let ended = EndedMirroring {
+                aborted_transactions: 0,
+                wrote_pid_reset: false,
+                log_end_offset: served.log.borrow().log_end_offset(),
+            };
+            mirror_ended(&self.registry, mirror, tp, &ended, served.leader_epoch.get())
+        } else {
+            match self.registry.end_mirroring(&tp, source_cluster_id) {
+                Ok((ended, epoch)) => mirror_ended(&self.registry, mirror, tp, &ended, epoch),
+                Err(e) => ShardEvent::CommandFailed {
+                    mirror,
+                    tp,
+                    error: format!("end mirroring: {e}"),
+                },
+            }
+        };
+        let _ = self.events.try_send(event);
+    }
+
+    fn add_partition(&mut self, settings: MirrorSettings, key: PartitionKey, start: PartitionStart) {
+        let (mirror, tp) = (key.mirror.clone(), key.tp.clone());
+        if let Err(error) = self.try_add_partition(settings, key, start) {
+            let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
+        }
+    }
+
+    fn try_add_partition(
+        &mut self,
+        settings: MirrorSettings,
+        key: PartitionKey,
+        start: PartitionStart,
+    ) -> Result<(), String> {
         let topic_id = (key.topic_id != [0; 16]).then_some(key.topic_id);
         let served = match self.registry.get(&key.tp) {
             // Found on disk at start: now claimed by its mirror.
@@ -312,32 +407,33 @@ impl Shard {
                 self.registry.register(key.tp.clone(), Rc::clone(&claimed));
                 claimed
             }
+            Some(_) if start.claim_local && is_local_partition(&self.log_dir, &key.tp) => {
+                self.registry.reclaim_local(&key.tp, &key.mirror)?
+            }
             Some(served) if served.mirror.is_none() => {
                 tracing::info!(partition = %key, "a local topic now (its mirroring ended, or it was created here): not mirroring it");
-                return;
+                return Err("the partition is a local topic's (writable here); not mirroring into it".into());
             }
-            Some(_) => {
-                let error = "already mirrored by another mirror".to_string();
-                let _ = self.events.try_send(ShardEvent::CommandFailed {
-                    mirror: key.mirror,
-                    tp: key.tp,
-                    error,
-                });
-                return;
-            }
-            None => match self.open(&key.tp, topic_id, Some(key.mirror.clone())) {
-                Ok(served) => served,
-                Err(error) => {
-                    let _ = self.events.try_send(ShardEvent::CommandFailed {
-                        mirror: key.mirror,
-                        tp: key.tp,
-                        error,
-                    });
-                    return;
-                }
-            },
+            Some(_) => return Err("already mirrored by another mirror".into()),
+            None => self.open(&key.tp, topic_id, Some(key.mirror.clone()))?,
         };
-        let partition = MirrorPartition::new(key, served);
+        let truncated = match start.truncate_above_epoch {
+            Some(lme) => served
+                .log
+                .borrow_mut()
+                .truncate_above_epoch(lme)
+                .map_err(|e| format!("LME truncation: {e}"))?,
+            None => None,
+        };
+        served.observe_epoch(start.destination_epoch);
+        let _ = self.events.try_send(ShardEvent::Placed {
+            mirror: key.mirror.clone(),
+            tp: key.tp.clone(),
+            log_end_offset: served.log.borrow().log_end_offset(),
+            truncated_to: truncated,
+        });
+        let mut partition = MirrorPartition::new(key, served);
+        partition.paused = start.paused;
         match self.mirrors.get(&settings.name) {
             Some(m) => m.inbox.borrow_mut().push_back(MirrorCommand::Add(Box::new(partition))),
             None => {
@@ -354,6 +450,7 @@ impl Shard {
                 self.mirrors.insert(name, MirrorTask { inbox, task });
             }
         }
+        Ok(())
     }
 
     async fn stop(self) -> Result<Vec<ClosedPartition>, String> {

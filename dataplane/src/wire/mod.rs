@@ -10,6 +10,7 @@
 //! * [`fetch_response_writer`] encodes Fetch responses with placeholders
 //!   for records, which are sent straight from the segment files.
 
+pub mod describe_cluster_mirrors;
 pub mod fetch_response;
 pub mod fetch_response_writer;
 

@@ -2,41 +2,25 @@
 //! Kafka's `__consumer_offsets` record format, so an acknowledged commit
 //! survives a crash and Kafka's own tools can read the file.
 //!
-//! One log per shard, `<data dir>/__ringmirror/group-offsets-<shard>/` (a
-//! [`PartitionLog`]; not a `<topic>-<n>` directory of the data dir, since
-//! each of those is served as a topic). Records: key version 1 (group,
-//! topic, partition), value version 3 (offset, leader epoch, metadata,
-//! commit timestamp); a null value is a tombstone (a deleted group's
-//! offsets). Every append is flushed before it counts.
-//!
-//! On open the log is read from the start (it is compacted, so small): the
-//! latest value per key wins, tombstones delete. When the log holds much
-//! more than the live records it is rewritten: the compacted copy is
-//! written and flushed in `<name>.compacted`, then the live directory is
-//! renamed to `<name>.old`, the copy to `<name>`, and the old one removed.
-//! A crash at any point leaves either the old or the new complete copy;
-//! [`OffsetStore::open`] finishes or rolls back what it finds.
+//! One [`CompactedLog`] per shard, `<data dir>/__ringmirror/group-offsets-<shard>/`
+//! (not a `<topic>-<n>` directory of the data dir, since each of those is
+//! served as a topic); it owns flushing, recovery and compaction. Records:
+//! key version 1 (group, topic, partition), value version 3 (offset, leader
+//! epoch, metadata, commit timestamp); a null value is a tombstone (a
+//! deleted group's offsets).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::batch::{BatchBuilder, BuildRecord, decode_records};
-use crate::log::{LogConfig, LogError, OpenOptions, PartitionLog};
+use crate::log::{CompactedLog, KeyedRecord, LogError};
 
 /// The directory under the data dir for the agent's internal state.
 pub const INTERNAL_DIR: &str = "__ringmirror";
 /// Kafka's `offset.metadata.max.bytes`.
 pub const METADATA_MAX_BYTES: usize = 4096;
-/// Records per batch when rewriting the log.
-const COMPACTION_BATCH_RECORDS: usize = 1000;
-/// Decompressed bytes allowed per batch when loading (we write uncompressed
-/// batches; this bounds a damaged or foreign one).
-const LOAD_BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Key and value versions of Kafka's offset commit records.
 const KEY_VERSION_OFFSET: i16 = 1;
 const VALUE_VERSION: i16 = 3;
-/// Per-record framing overhead counted in the live-size estimate.
-const RECORD_OVERHEAD_BYTES: u64 = 16;
 
 /// One committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,62 +39,8 @@ pub type StoreResult<T> = Result<T, LogError>;
 
 /// Committed offsets of the groups placed on one shard.
 pub struct OffsetStore {
-    root: PathBuf,
-    name: String,
-    log: PartitionLog,
+    log: CompactedLog,
     offsets: BTreeMap<String, GroupOffsets>,
-    /// Estimated encoded size of the live records.
-    live_bytes: u64,
-    /// The log is compacted only once it is larger than this.
-    compact_min_bytes: u64,
-}
-
-fn log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 << 20,
-        segment_index_bytes: 1 << 20,
-        preallocate_bytes: 1 << 20,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LogError {
-    LogError::io(what, path)
-}
-
-fn fsync_dir(dir: &Path) -> StoreResult<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync dir", dir))
-}
-
-fn remove_dir(dir: &Path) -> StoreResult<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LogError::io("remove dir", dir)(e)),
-        _ => Ok(()),
-    }
-}
-
-fn open_log(dir: PathBuf) -> StoreResult<PartitionLog> {
-    // Never "clean": the whole (compacted, small) log is re-validated on
-    // every open, so no checkpoint has to be kept for it.
-    let (log, _) = PartitionLog::open(OpenOptions {
-        dir,
-        topic_id: None,
-        config: log_config(),
-        recovery_point: 0,
-        log_start_offset: 0,
-        clean_shutdown: false,
-        now_ms: now_ms(),
-    })?;
-    Ok(log)
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -191,91 +121,25 @@ pub fn decode_value(value: &[u8]) -> Option<CommittedOffset> {
     })
 }
 
-fn record_bytes(group: &str, topic: &str, v: &CommittedOffset) -> u64 {
-    (10 + group.len() + topic.len() + 24 + v.metadata.len()) as u64 + RECORD_OVERHEAD_BYTES
-}
-
 impl OffsetStore {
     /// Opens (creating) shard `shard`'s offsets log under `data_dir` and
-    /// loads it, completing or undoing an interrupted compaction first.
+    /// loads it (the log completes or undoes an interrupted compaction first).
     pub fn open(data_dir: &Path, shard: usize, compact_min_bytes: u64) -> StoreResult<Self> {
         let root = data_dir.join(INTERNAL_DIR);
-        std::fs::create_dir_all(&root).map_err(io("create dir", &root))?;
-        let name = format!("group-offsets-{shard}");
-        let live = root.join(&name);
-        let compacted = root.join(format!("{name}.compacted"));
-        let old = root.join(format!("{name}.old"));
-        if live.exists() {
-            // The copy may be unfinished; the old one is superseded.
-            remove_dir(&compacted)?;
-            remove_dir(&old)?;
-        } else if compacted.exists() {
-            // Crashed between the two renames: the copy was complete
-            // (flushed before the live log was moved away).
-            std::fs::rename(&compacted, &live).map_err(io("rename", &compacted))?;
-            remove_dir(&old)?;
-        } else if old.exists() {
-            std::fs::rename(&old, &live).map_err(io("rename", &old))?;
-        }
-        fsync_dir(&root)?;
-        let log = open_log(live)?;
-        let mut store = Self {
-            root,
-            name,
-            log,
-            offsets: BTreeMap::new(),
-            live_bytes: 0,
-            compact_min_bytes,
-        };
-        store.load()?;
-        if store.needs_compaction() {
-            store.compact()?;
-        }
-        Ok(store)
-    }
-
-    fn load(&mut self) -> StoreResult<()> {
-        let mut records = Vec::new();
-        self.log.for_each_batch(|batch| {
-            if batch.is_control() {
-                return;
-            }
-            match decode_records(&batch, LOAD_BATCH_BYTES_MAX) {
-                Ok(r) => records.extend(r),
-                Err(e) => tracing::error!(error = %e, "skipping an undecodable batch of the group offsets log"),
-            }
-        })?;
-        for record in records {
-            let Some((group, topic, partition)) = record.key.as_deref().and_then(decode_key) else {
+        let (log, values) = CompactedLog::open(&root, &format!("group-offsets-{shard}"), compact_min_bytes)?;
+        let mut offsets: BTreeMap<String, GroupOffsets> = BTreeMap::new();
+        for (key, value) in values {
+            let Some((group, topic, partition)) = decode_key(&key) else {
                 continue;
             };
-            match record.value.as_deref().map(decode_value) {
-                None => self.apply_delete(&group, &topic, partition),
-                Some(Some(value)) => self.apply_put(&group, topic, partition, value),
-                Some(None) => tracing::warn!(group, topic, partition, "skipping an undecodable offset record"),
+            match decode_value(&value) {
+                Some(v) => {
+                    offsets.entry(group).or_default().insert((topic, partition), v);
+                }
+                None => tracing::warn!(group, topic, partition, "skipping an undecodable offset record"),
             }
         }
-        Ok(())
-    }
-
-    fn apply_put(&mut self, group: &str, topic: String, partition: i32, value: CommittedOffset) {
-        self.live_bytes += record_bytes(group, &topic, &value);
-        let offsets = self.offsets.entry(group.to_owned()).or_default();
-        if let Some(old) = offsets.insert((topic.clone(), partition), value) {
-            self.live_bytes -= record_bytes(group, &topic, &old);
-        }
-    }
-
-    fn apply_delete(&mut self, group: &str, topic: &str, partition: i32) {
-        let Some(offsets) = self.offsets.get_mut(group) else {
-            return;
-        };
-        if let Some(old) = offsets.remove(&(topic.to_owned(), partition)) {
-            self.live_bytes -= record_bytes(group, topic, &old);
-        }
-        if offsets.is_empty() {
-            self.offsets.remove(group);
-        }
+        Ok(Self { log, offsets })
     }
 
     /// A group's committed offsets.
@@ -288,39 +152,21 @@ impl OffsetStore {
         self.offsets.keys()
     }
 
-    /// Appends one batch of records and flushes it.
-    fn append(&mut self, records: Vec<BuildRecord>) -> StoreResult<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let now = now_ms();
-        let batch = BatchBuilder {
-            base_offset: self.log.log_end_offset(),
-            records,
-            ..BatchBuilder::default()
-        }
-        .build();
-        self.log.append(&batch, now)?;
-        self.log.flush(now)
-    }
-
     /// Stores offsets for `group`: written and flushed as one batch first,
     /// then visible.
     pub fn commit(&mut self, group: &str, offsets: Vec<((String, i32), CommittedOffset)>) -> StoreResult<()> {
         let records = offsets
             .iter()
-            .map(|((topic, partition), v)| BuildRecord {
-                timestamp: v.commit_timestamp,
-                key: Some(encode_key(group, topic, *partition)),
+            .map(|((topic, partition), v)| KeyedRecord {
+                key: encode_key(group, topic, *partition),
                 value: Some(encode_value(v)),
-                headers: Vec::new(),
+                timestamp_ms: Some(v.commit_timestamp),
             })
             .collect();
-        self.append(records)?;
-        for ((topic, partition), v) in offsets {
-            self.apply_put(group, topic, partition, v);
+        self.log.append(records)?;
+        if !offsets.is_empty() {
+            self.offsets.entry(group.to_owned()).or_default().extend(offsets);
         }
-        self.compact_if_needed();
         Ok(())
     }
 
@@ -329,93 +175,16 @@ impl OffsetStore {
         let Some(offsets) = self.offsets.get(group) else {
             return Ok(());
         };
-        let timestamp = now_ms() as i64;
         let records = offsets
             .keys()
-            .map(|(topic, partition)| BuildRecord {
-                timestamp,
-                key: Some(encode_key(group, topic, *partition)),
+            .map(|(topic, partition)| KeyedRecord {
+                key: encode_key(group, topic, *partition),
                 value: None,
-                headers: Vec::new(),
+                timestamp_ms: None,
             })
             .collect();
-        let keys: Vec<_> = offsets.keys().cloned().collect();
-        self.append(records)?;
-        for (topic, partition) in keys {
-            self.apply_delete(group, &topic, partition);
-        }
-        self.compact_if_needed();
-        Ok(())
-    }
-
-    fn needs_compaction(&self) -> bool {
-        let size = self.log.size_bytes();
-        size > self.compact_min_bytes && size > 2 * self.live_bytes
-    }
-
-    /// A failed compaction leaves the current log in place (it is complete
-    /// and already holds every record); it is tried again after later appends.
-    fn compact_if_needed(&mut self) {
-        if self.needs_compaction()
-            && let Err(e) = self.compact()
-        {
-            tracing::error!(dir = %self.root.display(), error = %e, "compacting the group offsets log failed");
-        }
-    }
-
-    /// Rewrites the log with only the live records (see the module doc for
-    /// the crash-safe swap).
-    fn compact(&mut self) -> StoreResult<()> {
-        let before = self.log.size_bytes();
-        let live = self.root.join(&self.name);
-        let compacted = self.root.join(format!("{}.compacted", self.name));
-        let old = self.root.join(format!("{}.old", self.name));
-        remove_dir(&compacted)?;
-        let mut copy = open_log(compacted.clone())?;
-        let now = now_ms();
-        let mut records = Vec::with_capacity(COMPACTION_BATCH_RECORDS);
-        let all = self
-            .offsets
-            .iter()
-            .flat_map(|(g, offsets)| offsets.iter().map(move |((t, p), v)| (g, t, *p, v)));
-        let write = |records: &mut Vec<BuildRecord>, copy: &mut PartitionLog| {
-            let batch = BatchBuilder {
-                base_offset: copy.log_end_offset(),
-                records: std::mem::take(records),
-                ..BatchBuilder::default()
-            }
-            .build();
-            copy.append(&batch, now).map(drop)
-        };
-        for (group, topic, partition, v) in all {
-            records.push(BuildRecord {
-                timestamp: v.commit_timestamp,
-                key: Some(encode_key(group, topic, partition)),
-                value: Some(encode_value(v)),
-                headers: Vec::new(),
-            });
-            if records.len() == COMPACTION_BATCH_RECORDS {
-                write(&mut records, &mut copy)?;
-            }
-        }
-        if !records.is_empty() {
-            write(&mut records, &mut copy)?;
-        }
-        copy.close(now)?;
-        fsync_dir(&self.root)?;
-        // From here the copy is complete: a crash after the first rename
-        // makes `open` finish the swap.
-        std::fs::rename(&live, &old).map_err(io("rename", &live))?;
-        std::fs::rename(&compacted, &live).map_err(io("rename", &compacted))?;
-        fsync_dir(&self.root)?;
-        self.log = open_log(live)?;
-        remove_dir(&old)?;
-        tracing::info!(
-            dir = %self.root.display(),
-            before_bytes = before,
-            after_bytes = self.log.size_bytes(),
-            "compacted the group offsets log"
-        );
+        self.log.append(records)?;
+        self.offsets.remove(group);
         Ok(())
     }
 

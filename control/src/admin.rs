@@ -1,0 +1,272 @@
+//! What an operator may ask of the mirror coordinator, and what it answers:
+//! the admin API's vocabulary, shared by the coordinator (which carries the
+//! requests out), the HTTP server (which maps routes and status codes onto
+//! them) and the CLI (which prints the answers). Requests travel to the
+//! coordinator as [`AdminCall`]s over a channel; state changes are
+//! asynchronous, so an accepted change answers at once with the partitions
+//! it moved and the states show the progress.
+
+use serde::{Deserialize, Serialize};
+
+use crate::mirror::MirrorConfig;
+use crate::state::InvalidTransition;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum AdminRequest {
+    CreateMirror {
+        config: MirrorConfig,
+    },
+    ListMirrors,
+    DescribeMirror {
+        mirror: String,
+    },
+    /// Forget a mirror: its partitions stop being fetched and stay on disk
+    /// as read-only data (nothing at the destination is deleted).
+    DeleteMirror {
+        mirror: String,
+    },
+    AddTopics {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    RemoveTopics {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    /// Pause, resume, stop (failover) or restart the named topics of a
+    /// mirror; an empty list means every topic of the mirror.
+    Pause {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Resume {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Stop {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Restart {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    /// Every partition of every mirror.
+    Status,
+    /// Everything `/metrics` reports.
+    Metrics,
+}
+
+/// One request and where its answer goes.
+pub struct AdminCall {
+    pub request: AdminRequest,
+    pub reply: async_channel::Sender<Result<AdminAnswer, AdminError>>,
+}
+
+// One answer per admin request, a few a minute: the size of the largest
+// variant costs nothing, and boxing it would only complicate construction.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum AdminAnswer {
+    /// A change was accepted; these partitions (topic, partition) move.
+    Accepted {
+        mirror: String,
+        partitions: Vec<TopicPartitionName>,
+    },
+    Mirrors {
+        mirrors: Vec<MirrorSummary>,
+    },
+    Mirror {
+        mirror: MirrorDescription,
+    },
+    Status {
+        partitions: Vec<PartitionView>,
+    },
+    Metrics {
+        metrics: MetricsSnapshot,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TopicPartitionName {
+    pub topic: String,
+    pub partition: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MirrorSummary {
+    pub name: String,
+    pub bootstrap_servers: Vec<String>,
+    pub source_cluster_id: Option<String>,
+    pub partitions: usize,
+    /// Partitions per state name (MIRRORING, PAUSED, ...).
+    pub states: std::collections::BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MirrorDescription {
+    pub config: MirrorConfig,
+    pub source_cluster_id: Option<String>,
+    pub created_ms: u64,
+    /// Source topics the mirror covers now (named or discovered).
+    pub topics: Vec<String>,
+    pub partitions: Vec<PartitionView>,
+    /// The last time the source's metadata was read, and the last error.
+    pub last_sync_ms: Option<u64>,
+    pub sync_error: Option<String>,
+}
+
+/// One mirrored partition as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionView {
+    pub mirror: String,
+    pub topic: String,
+    pub partition: i32,
+    /// The source topic id, as a UUID string.
+    pub topic_id: String,
+    /// A state name: UNKNOWN, PREPARING, MIRRORING, EPOCH_FENCING,
+    /// PAUSING, PAUSED, STOPPING, STOPPED, FAILED.
+    pub state: String,
+    /// The source's high watermark at the last fetch (-1: not known yet).
+    pub source_offset: i64,
+    /// Our log end offset.
+    pub destination_offset: i64,
+    pub lag_messages: i64,
+    /// How long the partition has been behind (0 when caught up).
+    pub lag_seconds: f64,
+    pub last_mirror_epoch: i32,
+    pub destination_leader_epoch: i32,
+    pub retry_attempt: u32,
+    pub error: Option<String>,
+}
+
+/// Counters and gauges for `/metrics` (rendered by the HTTP server).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsSnapshot {
+    pub partitions: Vec<PartitionMetrics>,
+    pub mirrors: Vec<MirrorMetrics>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionMetrics {
+    pub view: PartitionView,
+    pub bytes_mirrored: u64,
+    pub batches_mirrored: u64,
+    pub epoch_bumps: u64,
+    /// Batches refused for a bad CRC or framing (fetched again).
+    pub crc_failures: u64,
+    pub truncations: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MirrorMetrics {
+    pub mirror: String,
+    /// Fetch errors by Kafka error code.
+    pub fetch_errors: std::collections::BTreeMap<i16, u64>,
+    /// Fetch round-trip latency quantiles in microseconds: (quantile, value).
+    pub fetch_latency_us: Vec<(f64, u64)>,
+    pub fetches: u64,
+    /// 1 when metadata sync is halted (such as a changed source cluster id).
+    pub sync_halted: bool,
+}
+
+/// Why a request was refused. Each maps onto one HTTP status; over HTTP it
+/// travels as an [`ErrorBody`] (its kind and message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    #[error("unknown mirror {mirror:?}")]
+    UnknownMirror { mirror: String },
+    #[error("mirror {mirror:?} exists")]
+    MirrorExists { mirror: String },
+    #[error("topic {topic:?} is not in mirror {mirror:?}")]
+    TopicNotInMirror { mirror: String, topic: String },
+    #[error("{mirror:?}: {topic:?} is already paused")]
+    AlreadyPaused { mirror: String, topic: String },
+    #[error("{mirror:?}: {topic:?} is not paused")]
+    NotPaused { mirror: String, topic: String },
+    #[error("{mirror:?}: {topic:?} is being stopped or is stopped")]
+    BeingStopped { mirror: String, topic: String },
+    #[error("{mirror:?}: {topic:?} has no FAILED partition to restart")]
+    NotFailed { mirror: String, topic: String },
+    #[error("{0}")]
+    InvalidTransition(String),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AdminError {
+    /// The HTTP status this error answers with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::UnknownMirror { .. } | Self::TopicNotInMirror { .. } => 404,
+            Self::MirrorExists { .. }
+            | Self::AlreadyPaused { .. }
+            | Self::NotPaused { .. }
+            | Self::BeingStopped { .. }
+            | Self::NotFailed { .. }
+            | Self::InvalidTransition(_) => 409,
+            Self::Invalid(_) => 400,
+            Self::Unavailable(_) => 503,
+            Self::Internal(_) => 500,
+        }
+    }
+}
+
+impl AdminError {
+    /// The snake_case name of the error's kind: the `error` field of the
+    /// HTTP API's error bodies (`{"error": kind, "message": Display}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::UnknownMirror { .. } => "unknown_mirror",
+            Self::MirrorExists { .. } => "mirror_exists",
+            Self::TopicNotInMirror { .. } => "topic_not_in_mirror",
+            Self::AlreadyPaused { .. } => "already_paused",
+            Self::NotPaused { .. } => "not_paused",
+            Self::BeingStopped { .. } => "being_stopped",
+            Self::NotFailed { .. } => "not_failed",
+            Self::InvalidTransition(_) => "invalid_transition",
+            Self::Invalid(_) => "invalid",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+/// The body of every error answer of the HTTP API: the error's
+/// [kind](AdminError::kind) and its message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub message: String,
+}
+
+impl From<&AdminError> for ErrorBody {
+    fn from(e: &AdminError) -> Self {
+        Self {
+            error: e.kind().into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The body of the topic routes: topics to add or remove, or the topics a
+/// pause, resume, stop or restart applies to (absent or empty: all of the
+/// mirror's topics).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsBody {
+    #[serde(default)]
+    pub topics: Vec<String>,
+}
+
+impl From<InvalidTransition> for AdminError {
+    fn from(e: InvalidTransition) -> Self {
+        Self::InvalidTransition(e.to_string())
+    }
+}

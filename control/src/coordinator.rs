@@ -1,0 +1,1381 @@
+//! The mirror coordinator: owns every mirror and mirrored partition of this
+//! agent, moves each partition through the state machine ([`crate::state`]),
+//! writes every state change to `__mirror_state` ([`MirrorStateStore`])
+//! before acting on it, and drives the shards through their command
+//! channels. It reads the source's metadata (topic selection, new
+//! partitions, the cluster id, periodic epoch checks), asks the source for
+//! last mirror epochs when a partition starts (PREPARING), answers operator
+//! requests ([`AdminCall`]) at once and lets states move as the work
+//! completes, and learns what happened from the shards' events.
+//!
+//! One agent owns every state partition (the embedded default of
+//! DESIGN.md); a scale-out owner would load and drop them by lease.
+//!
+//! Control logic on its own glommio executor thread (our Kafka client is
+//! glommio's); nothing here is on the data path.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
+use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
+use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
+use ringmirror_dataplane::fetch::{PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata};
+use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
+use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
+
+use crate::admin::{
+    AdminAnswer, AdminCall, AdminError, AdminRequest, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary,
+    PartitionMetrics, PartitionView, TopicPartitionName,
+};
+use crate::epochs;
+use crate::mirror::{MirrorConfig, TopicSelection};
+use crate::state::MirrorPartitionState as State;
+use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
+
+/// How often the loop wakes without a call or an event (stop flag, timers).
+const TICK: Duration = Duration::from_millis(50);
+/// Retry backoff after a failed metadata round, doubling up to the refresh interval.
+const SYNC_RETRY_MIN: Duration = Duration::from_millis(200);
+/// FAILED partitions are retried after 1 s, doubling to 5 min, at most this often.
+const FAILED_RETRY_MIN: Duration = Duration::from_secs(1);
+const FAILED_RETRY_MAX: Duration = Duration::from_secs(300);
+pub const FAILED_RETRY_ATTEMPTS_MAX: u32 = 100;
+/// How long a source may take to answer the control plane: short, since
+/// operator requests wait behind it.
+const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(10);
+const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the coordinator is started with.
+pub struct CoordinatorSetup {
+    pub store: MirrorStateStore,
+    /// Mirrors from the configuration file, created on first start.
+    pub configured_mirrors: Vec<MirrorConfig>,
+    pub shards: Vec<async_channel::Sender<ShardCommand>>,
+    pub events: async_channel::Receiver<ShardEvent>,
+    pub calls: async_channel::Receiver<AdminCall>,
+    /// Our cluster id (sent with last-mirror-epoch lookups).
+    pub local_cluster_id: String,
+    /// Where the partitions' states and last mirror epochs are published
+    /// for peers (DescribeClusterMirrors on our listener).
+    pub reports: Arc<MirrorReportsHandle>,
+    pub io_memory_bytes: usize,
+}
+
+pub struct Coordinator {
+    stop: Arc<AtomicBool>,
+    join: ExecutorJoinHandle<()>,
+}
+
+impl Coordinator {
+    /// Loads the mirrors and partition states, places every partition as
+    /// its state says, and runs; `first_round` hears once every mirror's
+    /// first metadata round is done (or failed).
+    pub fn start(setup: CoordinatorSetup, first_round: std::sync::mpsc::Sender<()>) -> Result<Self, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let io_memory = setup.io_memory_bytes;
+        let join = LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .name("coordinator")
+            .io_memory(io_memory)
+            .spawn(move || async move {
+                let CoordinatorSetup {
+                    store,
+                    configured_mirrors,
+                    shards,
+                    events,
+                    calls,
+                    local_cluster_id,
+                    reports,
+                    ..
+                } = setup;
+                let mut core = Core {
+                    store,
+                    shards,
+                    mirrors: BTreeMap::new(),
+                    partitions: BTreeMap::new(),
+                    by_tp: HashMap::new(),
+                    local_cluster_id,
+                    reports,
+                    reports_dirty: true,
+                };
+                core.load(configured_mirrors);
+                core.run(events, calls, stop_flag, first_round).await;
+            })
+            .map_err(|e| format!("start the coordinator: {e}"))?;
+        Ok(Self { stop, join })
+    }
+
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        if let Err(e) = self.join.join() {
+            tracing::error!(error = %e, "coordinator failed");
+        }
+    }
+}
+
+/// A mirror as the coordinator runs it.
+struct Mirror {
+    record: MirrorRecord,
+    selection: TopicSelection,
+    conn: Option<Connection>,
+    next_sync: Instant,
+    sync_failures: u32,
+    last_sync_ms: Option<u64>,
+    sync_error: Option<String>,
+    /// Named topics already reported missing (so the log is not flooded).
+    reported_missing: BTreeSet<String>,
+    /// Sync is halted: the source's cluster id is not the recorded one.
+    halted: bool,
+    /// Partitions found by the last round that wait for their last mirror
+    /// epoch (PREPARING).
+    to_prepare: Vec<PartitionStateKey>,
+    /// Source topics the last round saw covered.
+    topics: BTreeSet<String>,
+}
+
+/// What the shards' events say about a partition (not persisted).
+#[derive(Debug, Default)]
+struct Live {
+    source_offset: Option<i64>,
+    destination_offset: i64,
+    behind_since: Option<Instant>,
+    /// Counted by the shard since the last placement, and before it.
+    placed_bytes: u64,
+    placed_batches: u64,
+    bytes_before: u64,
+    batches_before: u64,
+    epoch_bumps: u64,
+    crc_failures: u64,
+    truncations: u64,
+}
+
+struct Partition {
+    tp: TopicPartition,
+    record: PartitionRecord,
+    /// On its shard (a `Placed` event came, no `Removed` since).
+    placed: bool,
+    /// The source epoch from the last metadata round (periodic check).
+    source_epoch: i32,
+    next_retry: Option<Instant>,
+    live: Live,
+}
+
+struct Core {
+    store: MirrorStateStore,
+    shards: Vec<async_channel::Sender<ShardCommand>>,
+    mirrors: BTreeMap<String, Mirror>,
+    partitions: BTreeMap<PartitionStateKey, Partition>,
+    by_tp: HashMap<(String, TopicPartition), PartitionStateKey>,
+    local_cluster_id: String,
+    reports: Arc<MirrorReportsHandle>,
+    reports_dirty: bool,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn internal(e: impl std::fmt::Display) -> AdminError {
+    AdminError::Internal(e.to_string())
+}
+
+fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
+    let selection = TopicSelection::new(&record.config).map_err(|e| AdminError::Invalid(e.to_string()))?;
+    Ok(Mirror {
+        record,
+        selection,
+        conn: None,
+        next_sync: Instant::now(),
+        sync_failures: 0,
+        last_sync_ms: None,
+        sync_error: None,
+        reported_missing: BTreeSet::new(),
+        halted: false,
+        to_prepare: Vec::new(),
+        topics: BTreeSet::new(),
+    })
+}
+
+/// Jittered exponential backoff for the `attempt`-th FAILED retry.
+fn failed_backoff(attempt: u32) -> Duration {
+    let base = FAILED_RETRY_MIN
+        .saturating_mul(1 << attempt.min(10))
+        .min(FAILED_RETRY_MAX);
+    let jitter = (now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % 1000;
+    base / 2 + base.mul_f64(jitter as f64 / 2000.0)
+}
+
+impl Core {
+    /// Loads the stored mirrors and partitions, creates the configured
+    /// mirrors the store does not know, and places every partition as its
+    /// stored state says.
+    fn load(&mut self, configured: Vec<MirrorConfig>) {
+        for config in configured {
+            match self.store.mirrors().get(&config.name) {
+                None => {
+                    let record = MirrorRecord {
+                        config,
+                        source_cluster_id: None,
+                        created_ms: now_ms(),
+                    };
+                    if let Err(e) = self.store.put_mirror(&record) {
+                        tracing::error!(mirror = record.config.name, error = %e, "cannot record the configured mirror");
+                    }
+                }
+                Some(stored) if stored.config != config => tracing::warn!(
+                    mirror = config.name,
+                    "the configuration file's definition differs from the stored one; the stored one (changed through the admin API) is used"
+                ),
+                Some(_) => {}
+            }
+        }
+        for record in self.store.mirrors().values() {
+            match new_mirror(record.clone()) {
+                Ok(m) => {
+                    self.mirrors.insert(record.config.name.clone(), m);
+                }
+                Err(e) => tracing::error!(mirror = record.config.name, error = %e, "stored mirror is invalid; skipped"),
+            }
+        }
+        let stored: Vec<(PartitionStateKey, PartitionRecord)> = self
+            .store
+            .partitions()
+            .iter()
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        for (key, record) in stored {
+            if !self.mirrors.contains_key(&key.mirror) {
+                continue;
+            }
+            let tp = TopicPartition {
+                topic: record.topic.clone(),
+                partition: key.partition,
+            };
+            self.by_tp.insert((key.mirror.clone(), tp.clone()), key.clone());
+            self.partitions.insert(
+                key.clone(),
+                Partition {
+                    tp,
+                    record,
+                    placed: false,
+                    source_epoch: -1,
+                    next_retry: None,
+                    live: Live::default(),
+                },
+            );
+            self.resume_after_restart(&key);
+        }
+    }
+
+    /// Carries on from a stored state after a restart.
+    fn resume_after_restart(&mut self, key: &PartitionStateKey) {
+        let state = self.partitions[key].record.state;
+        match state {
+            State::Unknown | State::Preparing => {
+                if let Some(m) = self.mirrors.get_mut(&key.mirror) {
+                    m.to_prepare.push(key.clone());
+                }
+            }
+            State::Mirroring => self.place(key, None, false),
+            State::EpochFencing => {
+                // The bumped epoch was stored before it was applied.
+                self.place(key, None, false);
+                self.set_state_logged(key, State::Mirroring, |_| {});
+            }
+            State::Pausing | State::Paused => {
+                self.place(key, None, true);
+                if state == State::Pausing {
+                    self.set_state_logged(key, State::Paused, |_| {});
+                }
+            }
+            State::Stopping => self.end_unplaced(key),
+            State::Stopped => {}
+            State::Failed => self.schedule_retry(key),
+        }
+    }
+
+    async fn run(
+        &mut self,
+        events: async_channel::Receiver<ShardEvent>,
+        calls: async_channel::Receiver<AdminCall>,
+        stop: Arc<AtomicBool>,
+        first_round: std::sync::mpsc::Sender<()>,
+    ) {
+        enum Wake {
+            Call(AdminCall),
+            Event(ShardEvent),
+            Tick,
+        }
+        let mut first = Some(first_round);
+        while !stop.load(Ordering::Acquire) {
+            self.sync_due_mirrors().await;
+            self.prepare_waiting().await;
+            if let Some(done) = first.take() {
+                let _ = done.send(());
+            }
+            self.retry_failed();
+            if self.reports_dirty {
+                self.reports.publish(Arc::new(self.mirror_reports()));
+                self.reports_dirty = false;
+            }
+            let wake = futures_lite::future::or(
+                async {
+                    match calls.recv().await {
+                        Ok(call) => Wake::Call(call),
+                        // No admin channel any more: only events and timers.
+                        Err(_) => futures_lite::future::pending().await,
+                    }
+                },
+                futures_lite::future::or(
+                    async {
+                        match events.recv().await {
+                            Ok(event) => Wake::Event(event),
+                            Err(_) => futures_lite::future::pending().await,
+                        }
+                    },
+                    async {
+                        glommio::timer::sleep(TICK).await;
+                        Wake::Tick
+                    },
+                ),
+            )
+            .await;
+            match wake {
+                Wake::Call(call) => {
+                    let answer = self.handle(call.request);
+                    let _ = call.reply.try_send(answer);
+                    self.reports_dirty = true;
+                }
+                Wake::Event(event) => {
+                    self.on_event(event);
+                    while let Ok(event) = events.try_recv() {
+                        self.on_event(event);
+                    }
+                    self.reports_dirty = true;
+                }
+                Wake::Tick => {}
+            }
+        }
+    }
+
+    // ---- state changes, written before they take effect ----
+
+    /// Moves a partition to `to` (a valid transition) and writes the new
+    /// record, flushed, before returning.
+    fn set_state(
+        &mut self,
+        key: &PartitionStateKey,
+        to: State,
+        edit: impl FnOnce(&mut PartitionRecord),
+    ) -> Result<(), AdminError> {
+        let p = self
+            .partitions
+            .get_mut(key)
+            .ok_or_else(|| internal("unknown partition"))?;
+        let mut record = p.record.clone();
+        if record.state != to {
+            record.state = record.state.transition(to)?;
+        }
+        edit(&mut record);
+        record.updated_ms = now_ms();
+        self.store
+            .put_partition(key.clone(), record.clone())
+            .map_err(internal)?;
+        tracing::info!(mirror = key.mirror, partition = %p.tp, from = %p.record.state, to = %record.state, "partition state");
+        p.record = record;
+        self.reports_dirty = true;
+        Ok(())
+    }
+
+    /// [`Core::set_state`] where the caller cannot answer an error: logged.
+    fn set_state_logged(&mut self, key: &PartitionStateKey, to: State, edit: impl FnOnce(&mut PartitionRecord)) {
+        if let Err(e) = self.set_state(key, to, edit) {
+            tracing::error!(mirror = key.mirror, partition = key.partition, error = %e, "cannot change partition state");
+        }
+    }
+
+    fn fail(&mut self, key: &PartitionStateKey, error: String) {
+        tracing::error!(
+            mirror = key.mirror,
+            partition = key.partition,
+            error,
+            "partition FAILED"
+        );
+        self.set_state_logged(key, State::Failed, |r| r.error = Some(error));
+        self.schedule_retry(key);
+    }
+
+    fn schedule_retry(&mut self, key: &PartitionStateKey) {
+        if let Some(p) = self.partitions.get_mut(key) {
+            p.next_retry = (p.record.retry_attempt < FAILED_RETRY_ATTEMPTS_MAX)
+                .then(|| Instant::now() + failed_backoff(p.record.retry_attempt));
+        }
+    }
+
+    /// FAILED partitions whose backoff ran out go through PREPARING again.
+    fn retry_failed(&mut self) {
+        let now = Instant::now();
+        let due: Vec<PartitionStateKey> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.record.state == State::Failed && p.next_retry.is_some_and(|t| t <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            self.partitions.get_mut(&key).expect("listed").next_retry = None;
+            self.restart_partition(&key, true);
+        }
+    }
+
+    /// FAILED → PREPARING: the partition is placed again with LME truncation.
+    fn restart_partition(&mut self, key: &PartitionStateKey, automatic: bool) {
+        let result = self.set_state(key, State::Preparing, |r| {
+            if automatic {
+                r.retry_attempt += 1;
+            } else {
+                r.retry_attempt = 0;
+            }
+            r.error = None;
+        });
+        match result {
+            Ok(()) => {
+                if let Some(m) = self.mirrors.get_mut(&key.mirror) {
+                    m.to_prepare.push(key.clone());
+                    m.next_sync = Instant::now();
+                }
+            }
+            Err(e) => tracing::error!(mirror = key.mirror, partition = key.partition, error = %e, "cannot retry"),
+        }
+    }
+
+    // ---- shard commands ----
+
+    fn shard_of(&self, key: &PartitionStateKey, tp: &TopicPartition) -> usize {
+        PartitionKey {
+            mirror: key.mirror.clone(),
+            topic_id: key.topic_id,
+            tp: tp.clone(),
+        }
+        .shard(self.shards.len())
+    }
+
+    fn send(&self, key: &PartitionStateKey, command: ShardCommand) {
+        let Some(p) = self.partitions.get(key) else {
+            return;
+        };
+        let shard = self.shard_of(key, &p.tp);
+        if let Err(e) = self.shards[shard].try_send(command) {
+            tracing::error!(mirror = key.mirror, partition = %p.tp, error = %e, "shard did not take a command");
+        }
+    }
+
+    /// Places a partition on its shard: mirroring (or paused), at its
+    /// destination epoch, after LME truncation when `last_mirror_epoch` is given.
+    fn place(&mut self, key: &PartitionStateKey, last_mirror_epoch: Option<i32>, paused: bool) {
+        let Some(m) = self.mirrors.get(&key.mirror) else {
+            return;
+        };
+        let Some(p) = self.partitions.get(key) else {
+            return;
+        };
+        let command = ShardCommand::AddPartition {
+            settings: m.record.config.settings(),
+            key: PartitionKey {
+                mirror: key.mirror.clone(),
+                topic_id: key.topic_id,
+                tp: p.tp.clone(),
+            },
+            start: PartitionStart {
+                destination_epoch: p.record.destination_leader_epoch,
+                truncate_above_epoch: last_mirror_epoch,
+                paused,
+                // Only a topic the operator named may take over a local
+                // topic (failback); a discovered one never does.
+                claim_local: m.selection.named().contains(&p.tp.topic),
+            },
+        };
+        self.send(key, command);
+    }
+
+    fn end_unplaced(&self, key: &PartitionStateKey) {
+        let Some(p) = self.partitions.get(key) else {
+            return;
+        };
+        let source_cluster_id = self
+            .mirrors
+            .get(&key.mirror)
+            .and_then(|m| m.record.source_cluster_id.clone())
+            .unwrap_or_default();
+        self.send(
+            key,
+            ShardCommand::EndMirroringUnplaced {
+                mirror: key.mirror.clone(),
+                tp: p.tp.clone(),
+                source_cluster_id,
+            },
+        );
+    }
+
+    /// Bumps a partition's destination epoch above `source_epoch` (the
+    /// epoch rules), through EPOCH_FENCING; `resume` for the reactive case,
+    /// where appending stopped until the bump lands.
+    fn bump_epoch(&mut self, key: &PartitionStateKey, source_epoch: i32, resume: bool) {
+        let Some(p) = self.partitions.get(key) else {
+            return;
+        };
+        let current = p.record.destination_leader_epoch;
+        let Some((trigger, min)) = epochs::bump_needed(source_epoch, current) else {
+            if resume {
+                self.send(
+                    key,
+                    ShardCommand::Resume {
+                        mirror: key.mirror.clone(),
+                        tp: p.tp.clone(),
+                    },
+                );
+            }
+            return;
+        };
+        if !matches!(p.record.state, State::Mirroring | State::EpochFencing) {
+            return;
+        }
+        let tp = p.tp.clone();
+        let epoch = epochs::bumped(current, min);
+        tracing::info!(mirror = key.mirror, partition = %tp, ?trigger, source_epoch, from = current, to = epoch, "bumping the destination leader epoch");
+        if let Err(e) = self.set_state(key, State::EpochFencing, |r| r.destination_leader_epoch = epoch) {
+            tracing::error!(mirror = key.mirror, partition = %tp, error = %e, "cannot record the epoch bump");
+            return;
+        }
+        self.send(key, ShardCommand::SetLeaderEpoch { tp: tp.clone(), epoch });
+        if resume {
+            self.send(
+                key,
+                ShardCommand::Resume {
+                    mirror: key.mirror.clone(),
+                    tp,
+                },
+            );
+        }
+        // Shard commands run in order: the bump is in place before any
+        // later command, so the partition is mirroring again.
+        self.set_state_logged(key, State::Mirroring, |_| {});
+        if let Some(p) = self.partitions.get_mut(key) {
+            p.live.epoch_bumps += 1;
+        }
+    }
+
+    // ---- source metadata ----
+
+    async fn sync_due_mirrors(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .mirrors
+            .iter()
+            .filter(|(_, m)| m.next_sync <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            self.sync_mirror(&name).await;
+        }
+    }
+
+    async fn sync_mirror(&mut self, name: &str) {
+        let Some(m) = self.mirrors.get_mut(name) else {
+            return;
+        };
+        let refresh = Duration::from_millis(m.record.config.metadata_refresh_interval_ms);
+        match source_metadata(m).await {
+            Ok(metadata) => {
+                m.sync_failures = 0;
+                m.next_sync = Instant::now() + refresh;
+                m.last_sync_ms = Some(now_ms());
+                self.apply_metadata(name, &metadata);
+            }
+            Err(e) => {
+                m.sync_failures += 1;
+                m.conn = None;
+                let backoff = SYNC_RETRY_MIN.saturating_mul(1 << m.sync_failures.min(10)).min(refresh);
+                tracing::warn!(mirror = name, error = %e, retry_in = ?backoff, "cannot read source metadata");
+                m.sync_error = Some(e.to_string());
+                m.next_sync = Instant::now() + backoff;
+            }
+        }
+    }
+
+    fn apply_metadata(&mut self, name: &str, metadata: &SourceMetadata) {
+        let m = self.mirrors.get_mut(name).expect("synced mirror exists");
+        // The cluster id is recorded on the first round; a different one
+        // later means the bootstrap servers now reach another cluster.
+        match (&m.record.source_cluster_id, &metadata.cluster_id) {
+            (Some(recorded), Some(seen)) if recorded != seen => {
+                if !m.halted {
+                    tracing::error!(
+                        mirror = name,
+                        recorded,
+                        seen,
+                        "the source's cluster id changed: sync halted, no partition is touched"
+                    );
+                }
+                m.halted = true;
+                m.sync_error = Some(format!("source cluster id is {seen}, not the recorded {recorded}"));
+                return;
+            }
+            (None, Some(seen)) => {
+                let mut record = m.record.clone();
+                record.source_cluster_id = Some(seen.clone());
+                match self.store.put_mirror(&record) {
+                    Ok(()) => m.record = record,
+                    Err(e) => tracing::error!(mirror = name, error = %e, "cannot record the source cluster id"),
+                }
+            }
+            _ => {}
+        }
+        m.halted = false;
+        m.sync_error = None;
+        for topic in m.selection.named() {
+            if !metadata.topics.contains_key(topic) {
+                if m.reported_missing.insert(topic.clone()) {
+                    tracing::warn!(
+                        mirror = name,
+                        topic,
+                        "topic not (yet) available at the source; will look again"
+                    );
+                }
+            } else {
+                m.reported_missing.remove(topic);
+            }
+        }
+        m.topics = metadata
+            .topics
+            .keys()
+            .filter(|t| m.selection.wants(t))
+            .cloned()
+            .collect();
+        let mut found = Vec::new();
+        let mut bumps = Vec::new();
+        for (tp, source) in &metadata.partitions {
+            if !m.selection.wants(&tp.topic) {
+                continue;
+            }
+            let key = PartitionStateKey {
+                mirror: name.to_owned(),
+                topic_id: source.topic_id,
+                partition: tp.partition,
+            };
+            match self.partitions.get_mut(&key) {
+                Some(p) => {
+                    p.source_epoch = source.leader_epoch;
+                    if p.record.state == State::Mirroring
+                        && epochs::bump_needed(source.leader_epoch, p.record.destination_leader_epoch).is_some()
+                    {
+                        bumps.push((key, source.leader_epoch));
+                    }
+                }
+                None => found.push((key, tp.clone(), source.leader_epoch)),
+            }
+        }
+        for (key, sle) in bumps {
+            // The periodic trigger.
+            self.bump_epoch(&key, sle, false);
+        }
+        let mut added = 0;
+        for (key, tp, sle) in found {
+            if let Some(other) = self.by_tp.get(&(name.to_owned(), tp.clone())) {
+                tracing::error!(mirror = name, %tp, stored_topic_id = ?other.topic_id, "source topic id changed (topic recreated?); not mirroring the new one");
+                continue;
+            }
+            if let Some(((other, _), _)) = self.by_tp.iter().find(|((mirror, t), _)| *t == tp && mirror != name) {
+                tracing::error!(mirror = name, other, %tp, "partition is already mirrored by another mirror; each destination partition has one source");
+                continue;
+            }
+            let record = PartitionRecord {
+                topic: tp.topic.clone(),
+                state: State::Preparing,
+                last_mirror_epoch: -1,
+                destination_leader_epoch: epochs::bumped(-1, sle.max(0).saturating_add(epochs::INCREMENT - 1)),
+                retry_attempt: 0,
+                error: None,
+                updated_ms: now_ms(),
+            };
+            if let Err(e) = self.store.put_partition(key.clone(), record.clone()) {
+                tracing::error!(mirror = name, %tp, error = %e, "cannot record a new partition");
+                continue;
+            }
+            self.by_tp.insert((name.to_owned(), tp.clone()), key.clone());
+            self.partitions.insert(
+                key.clone(),
+                Partition {
+                    tp,
+                    record,
+                    placed: false,
+                    source_epoch: sle,
+                    next_retry: None,
+                    live: Live::default(),
+                },
+            );
+            self.mirrors.get_mut(name).expect("exists").to_prepare.push(key);
+            added += 1;
+        }
+        if added > 0 {
+            tracing::info!(mirror = name, added, "new partitions to mirror");
+            self.reports_dirty = true;
+        }
+    }
+
+    /// PREPARING: asks each mirror's source for the last mirror epochs of
+    /// the partitions waiting, then places them with LME truncation.
+    async fn prepare_waiting(&mut self) {
+        let names: Vec<String> = self
+            .mirrors
+            .iter()
+            .filter(|(_, m)| !m.to_prepare.is_empty() && !m.halted)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            let m = self.mirrors.get_mut(&name).expect("listed");
+            let keys: Vec<PartitionStateKey> = m
+                .to_prepare
+                .iter()
+                .filter(|k| {
+                    self.partitions
+                        .get(k)
+                        .is_some_and(|p| p.record.state == State::Preparing)
+                })
+                .cloned()
+                .collect();
+            if keys.is_empty() {
+                m.to_prepare.clear();
+                continue;
+            }
+            let mut lookups: BTreeMap<[u8; 16], Vec<i32>> = BTreeMap::new();
+            for k in &keys {
+                lookups.entry(k.topic_id).or_default().push(k.partition);
+            }
+            let lookups: Vec<([u8; 16], Vec<i32>)> = lookups.into_iter().collect();
+            let answer = match connection(m).await {
+                Ok(conn) => last_mirror_epochs(conn, &self.local_cluster_id, &lookups).await,
+                Err(e) => Err(e),
+            };
+            let lmes = match answer {
+                Ok(lmes) => lmes,
+                Err(e) => {
+                    // Waits for the next round; the partitions stay PREPARING.
+                    tracing::warn!(mirror = name, error = %e, "cannot look up last mirror epochs; will try again");
+                    m.conn = None;
+                    m.next_sync = m.next_sync.min(Instant::now() + SYNC_RETRY_MIN);
+                    continue;
+                }
+            };
+            m.to_prepare.clear();
+            for key in keys {
+                let lme = lmes.get(&(key.topic_id, key.partition)).copied().unwrap_or(-1);
+                self.place(&key, Some(lme), false);
+            }
+        }
+    }
+
+    // ---- shard events ----
+
+    fn key_of(&self, mirror: &str, tp: &TopicPartition) -> Option<PartitionStateKey> {
+        self.by_tp.get(&(mirror.to_owned(), tp.clone())).cloned()
+    }
+
+    fn on_event(&mut self, event: ShardEvent) {
+        match event {
+            ShardEvent::Placed {
+                mirror,
+                tp,
+                log_end_offset,
+                truncated_to,
+            } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                let p = self.partitions.get_mut(&key).expect("indexed");
+                p.placed = true;
+                p.live.destination_offset = log_end_offset;
+                if truncated_to.is_some() {
+                    p.live.truncations += 1;
+                }
+                if p.record.state == State::Preparing {
+                    self.set_state_logged(&key, State::Mirroring, |r| r.error = None);
+                }
+            }
+            ShardEvent::Progress {
+                mirror,
+                tp,
+                log_end_offset,
+                high_watermark,
+                appended_bytes,
+                appended_batches,
+            } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                let live = &mut self.partitions.get_mut(&key).expect("indexed").live;
+                // The shard counts from its placement; keep totals monotonic.
+                if appended_bytes < live.placed_bytes {
+                    live.bytes_before += live.placed_bytes;
+                    live.batches_before += live.placed_batches;
+                }
+                live.placed_bytes = appended_bytes;
+                live.placed_batches = appended_batches;
+                live.destination_offset = log_end_offset;
+                live.source_offset = Some(high_watermark);
+                if log_end_offset >= high_watermark {
+                    live.behind_since = None;
+                } else if live.behind_since.is_none() {
+                    live.behind_since = Some(Instant::now());
+                }
+            }
+            ShardEvent::EpochBumpDue {
+                mirror,
+                tp,
+                source_epoch,
+                ..
+            } => {
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    self.bump_epoch(&key, source_epoch, false);
+                }
+            }
+            ShardEvent::Stopped { mirror, tp, reason } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                match reason {
+                    StopReason::EpochExceeded { batch_epoch, .. } => self.bump_epoch(&key, batch_epoch, true),
+                    StopReason::LogFailed { error } => self.fail(&key, format!("log: {error}")),
+                }
+            }
+            ShardEvent::Truncated {
+                mirror, tp, to_offset, ..
+            } => {
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    let live = &mut self.partitions.get_mut(&key).expect("indexed").live;
+                    live.destination_offset = to_offset;
+                    live.truncations += 1;
+                }
+            }
+            ShardEvent::BadBatch { mirror, tp, .. } => {
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    self.partitions.get_mut(&key).expect("indexed").live.crc_failures += 1;
+                }
+            }
+            ShardEvent::Removed { mirror, tp, .. } => {
+                if let Some(key) = self.key_of(&mirror, &tp)
+                    && let Some(p) = self.partitions.get_mut(&key)
+                {
+                    p.placed = false;
+                }
+                // A forgotten partition keeps its data, served read-only.
+                if !self.by_tp.contains_key(&(mirror, tp.clone())) {
+                    let shard = ringmirror_dataplane::fetch::shard_for(&tp, self.shards.len());
+                    let _ = self.shards[shard].try_send(ShardCommand::ServePartition { tp });
+                }
+            }
+            ShardEvent::MirrorEnded {
+                mirror,
+                tp,
+                log_end_offset,
+                leader_epoch,
+                last_mirror_epoch,
+                ..
+            } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                let p = self.partitions.get_mut(&key).expect("indexed");
+                p.placed = false;
+                p.live.destination_offset = log_end_offset;
+                if p.record.state == State::Stopping {
+                    self.set_state_logged(&key, State::Stopped, |r| {
+                        r.last_mirror_epoch = last_mirror_epoch;
+                        r.destination_leader_epoch = r.destination_leader_epoch.max(leader_epoch);
+                        r.error = None;
+                    });
+                }
+            }
+            ShardEvent::CommandFailed { mirror, tp, error } => {
+                let Some(key) = self.key_of(&mirror, &tp) else {
+                    tracing::warn!(mirror, %tp, error, "shard command failed");
+                    return;
+                };
+                let state = self.partitions[&key].record.state;
+                if matches!(state, State::Preparing | State::Stopping) {
+                    self.fail(&key, error);
+                } else {
+                    tracing::warn!(mirror, %tp, %state, error, "shard command failed");
+                }
+            }
+            ShardEvent::Checkpoint { .. } => {}
+        }
+    }
+
+    // ---- operator requests ----
+
+    fn handle(&mut self, request: AdminRequest) -> Result<AdminAnswer, AdminError> {
+        match request {
+            AdminRequest::CreateMirror { mut config } => self.create_mirror(&mut config),
+            AdminRequest::ListMirrors => Ok(AdminAnswer::Mirrors {
+                mirrors: self.mirrors.keys().map(|n| self.summary(n)).collect(),
+            }),
+            AdminRequest::DescribeMirror { mirror } => Ok(AdminAnswer::Mirror {
+                mirror: self.describe(&mirror)?,
+            }),
+            AdminRequest::DeleteMirror { mirror } => self.delete_mirror(&mirror),
+            AdminRequest::AddTopics { mirror, topics } => self.add_topics(&mirror, topics),
+            AdminRequest::RemoveTopics { mirror, topics } => self.remove_topics(&mirror, &topics),
+            AdminRequest::Pause { mirror, topics } => self.change(&mirror, &topics, Change::Pause),
+            AdminRequest::Resume { mirror, topics } => self.change(&mirror, &topics, Change::Resume),
+            AdminRequest::Stop { mirror, topics } => self.change(&mirror, &topics, Change::Stop),
+            AdminRequest::Restart { mirror, topics } => self.change(&mirror, &topics, Change::Restart),
+            AdminRequest::Status => Ok(AdminAnswer::Status {
+                partitions: self.views(),
+            }),
+            AdminRequest::Metrics => Ok(AdminAnswer::Metrics {
+                metrics: self.metrics(),
+            }),
+        }
+    }
+
+    fn create_mirror(&mut self, config: &mut MirrorConfig) -> Result<AdminAnswer, AdminError> {
+        config.normalize();
+        config.validate().map_err(|e| AdminError::Invalid(e.to_string()))?;
+        if self.mirrors.contains_key(&config.name) {
+            return Err(AdminError::MirrorExists {
+                mirror: config.name.clone(),
+            });
+        }
+        let record = MirrorRecord {
+            config: config.clone(),
+            source_cluster_id: None,
+            created_ms: now_ms(),
+        };
+        let mirror = new_mirror(record.clone())?;
+        self.store.put_mirror(&record).map_err(internal)?;
+        tracing::info!(mirror = config.name, "mirror created");
+        self.mirrors.insert(config.name.clone(), mirror);
+        Ok(AdminAnswer::Accepted {
+            mirror: config.name.clone(),
+            partitions: Vec::new(),
+        })
+    }
+
+    fn mirror(&self, name: &str) -> Result<&Mirror, AdminError> {
+        self.mirrors
+            .get(name)
+            .ok_or_else(|| AdminError::UnknownMirror { mirror: name.into() })
+    }
+
+    fn keys_of_mirror(&self, name: &str) -> Vec<PartitionStateKey> {
+        self.partitions.keys().filter(|k| k.mirror == name).cloned().collect()
+    }
+
+    /// Stops fetching a partition and forgets it; its data stays, served read-only.
+    fn forget_partition(&mut self, key: &PartitionStateKey) -> Result<(), AdminError> {
+        let p = self
+            .partitions
+            .remove(key)
+            .ok_or_else(|| internal("unknown partition"))?;
+        self.store.remove_partition(key).map_err(internal)?;
+        self.by_tp.remove(&(key.mirror.clone(), p.tp.clone()));
+        if p.placed {
+            let shard = self.shard_of(key, &p.tp);
+            let _ = self.shards[shard].try_send(ShardCommand::RemovePartition {
+                mirror: key.mirror.clone(),
+                tp: p.tp,
+            });
+        }
+        Ok(())
+    }
+
+    fn delete_mirror(&mut self, name: &str) -> Result<AdminAnswer, AdminError> {
+        self.mirror(name)?;
+        let keys = self.keys_of_mirror(name);
+        let mut moved = Vec::new();
+        for key in &keys {
+            let p = &self.partitions[key];
+            moved.push(TopicPartitionName {
+                topic: p.tp.topic.clone(),
+                partition: p.tp.partition,
+            });
+            self.forget_partition(key)?;
+        }
+        self.store.delete_mirror(name).map_err(internal)?;
+        self.mirrors.remove(name);
+        tracing::info!(
+            mirror = name,
+            partitions = moved.len(),
+            "mirror deleted; its data stays, read-only"
+        );
+        Ok(AdminAnswer::Accepted {
+            mirror: name.into(),
+            partitions: moved,
+        })
+    }
+
+    fn update_config(&mut self, name: &str, edit: impl FnOnce(&mut MirrorConfig)) -> Result<(), AdminError> {
+        let m = self.mirror(name)?;
+        let mut record = m.record.clone();
+        edit(&mut record.config);
+        record
+            .config
+            .validate()
+            .map_err(|e| AdminError::Invalid(e.to_string()))?;
+        let selection = TopicSelection::new(&record.config).map_err(|e| AdminError::Invalid(e.to_string()))?;
+        self.store.put_mirror(&record).map_err(internal)?;
+        let m = self.mirrors.get_mut(name).expect("checked");
+        m.record = record;
+        m.selection = selection;
+        m.next_sync = Instant::now();
+        Ok(())
+    }
+
+    fn add_topics(&mut self, name: &str, topics: Vec<String>) -> Result<AdminAnswer, AdminError> {
+        if topics.is_empty() {
+            return Err(AdminError::Invalid("no topics given".into()));
+        }
+        self.update_config(name, |c| {
+            for t in topics {
+                if !c.topics.contains(&t) {
+                    c.topics.push(t);
+                }
+            }
+        })?;
+        Ok(AdminAnswer::Accepted {
+            mirror: name.into(),
+            partitions: Vec::new(),
+        })
+    }
+
+    fn remove_topics(&mut self, name: &str, topics: &[String]) -> Result<AdminAnswer, AdminError> {
+        let m = self.mirror(name)?;
+        for t in topics {
+            if !m.record.config.topics.contains(t) {
+                let covered = self
+                    .partitions
+                    .iter()
+                    .any(|(k, p)| k.mirror == name && &p.tp.topic == t);
+                return Err(if covered {
+                    AdminError::Invalid(format!(
+                        "{t:?} is mirrored through topics_include; change topics_exclude to stop covering it"
+                    ))
+                } else {
+                    AdminError::TopicNotInMirror {
+                        mirror: name.into(),
+                        topic: t.clone(),
+                    }
+                });
+            }
+        }
+        self.update_config(name, |c| c.topics.retain(|t| !topics.contains(t)))?;
+        let selection = self.mirrors[name].selection.clone();
+        let keys: Vec<PartitionStateKey> = self
+            .partitions
+            .iter()
+            .filter(|(k, p)| k.mirror == name && topics.contains(&p.tp.topic) && !selection.wants(&p.tp.topic))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut moved = Vec::new();
+        for key in keys {
+            let p = &self.partitions[&key];
+            moved.push(TopicPartitionName {
+                topic: p.tp.topic.clone(),
+                partition: p.tp.partition,
+            });
+            self.forget_partition(&key)?;
+        }
+        Ok(AdminAnswer::Accepted {
+            mirror: name.into(),
+            partitions: moved,
+        })
+    }
+
+    /// Pause, resume, stop or restart the partitions of some topics (all
+    /// when none are named). Each named topic must be in the mirror and
+    /// have at least one partition the change applies to.
+    fn change(&mut self, name: &str, topics: &[String], change: Change) -> Result<AdminAnswer, AdminError> {
+        self.mirror(name)?;
+        let mut by_topic: BTreeMap<String, Vec<PartitionStateKey>> = BTreeMap::new();
+        for (k, p) in self.partitions.iter().filter(|(k, _)| k.mirror == name) {
+            by_topic.entry(p.tp.topic.clone()).or_default().push(k.clone());
+        }
+        let chosen: Vec<String> = if topics.is_empty() {
+            by_topic.keys().cloned().collect()
+        } else {
+            topics.to_vec()
+        };
+        let mut targets = Vec::new();
+        for topic in &chosen {
+            let keys = by_topic.get(topic).ok_or_else(|| AdminError::TopicNotInMirror {
+                mirror: name.into(),
+                topic: topic.clone(),
+            })?;
+            let states: Vec<State> = keys.iter().map(|k| self.partitions[k].record.state).collect();
+            let applicable: Vec<&PartitionStateKey> = keys
+                .iter()
+                .zip(&states)
+                .filter(|(_, s)| change.applies_to(**s))
+                .map(|(k, _)| k)
+                .collect();
+            if applicable.is_empty() && !topics.is_empty() {
+                return Err(change.refusal(name, topic, &states));
+            }
+            targets.extend(applicable.into_iter().cloned());
+        }
+        let mut moved = Vec::new();
+        for key in targets {
+            let tp = self.partitions[&key].tp.clone();
+            match change {
+                Change::Pause => {
+                    self.set_state(&key, State::Pausing, |_| {})?;
+                    self.send(
+                        &key,
+                        ShardCommand::Pause {
+                            mirror: name.into(),
+                            tp: tp.clone(),
+                        },
+                    );
+                    self.set_state(&key, State::Paused, |_| {})?;
+                }
+                Change::Resume => {
+                    self.set_state(&key, State::Mirroring, |_| {})?;
+                    self.send(
+                        &key,
+                        ShardCommand::Resume {
+                            mirror: name.into(),
+                            tp: tp.clone(),
+                        },
+                    );
+                }
+                Change::Stop => {
+                    let placed = self.partitions[&key].placed;
+                    self.set_state(&key, State::Stopping, |_| {})?;
+                    if placed {
+                        self.send(
+                            &key,
+                            ShardCommand::EndMirroring {
+                                mirror: name.into(),
+                                tp: tp.clone(),
+                            },
+                        );
+                    } else {
+                        self.end_unplaced(&key);
+                    }
+                }
+                Change::Restart => self.restart_partition(&key, false),
+            }
+            moved.push(TopicPartitionName {
+                topic: tp.topic,
+                partition: tp.partition,
+            });
+        }
+        Ok(AdminAnswer::Accepted {
+            mirror: name.into(),
+            partitions: moved,
+        })
+    }
+
+    // ---- views ----
+
+    fn view(&self, key: &PartitionStateKey, p: &Partition) -> PartitionView {
+        let source = p.live.source_offset.unwrap_or(-1);
+        PartitionView {
+            mirror: key.mirror.clone(),
+            topic: p.tp.topic.clone(),
+            partition: p.tp.partition,
+            topic_id: uuid_string(&key.topic_id),
+            state: p.record.state.name().into(),
+            source_offset: source,
+            destination_offset: p.live.destination_offset,
+            lag_messages: if source >= 0 {
+                (source - p.live.destination_offset).max(0)
+            } else {
+                0
+            },
+            lag_seconds: p.live.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            last_mirror_epoch: p.record.last_mirror_epoch,
+            destination_leader_epoch: p.record.destination_leader_epoch,
+            retry_attempt: p.record.retry_attempt,
+            error: p.record.error.clone(),
+        }
+    }
+
+    fn views(&self) -> Vec<PartitionView> {
+        self.partitions.iter().map(|(k, p)| self.view(k, p)).collect()
+    }
+
+    /// What peers see through DescribeClusterMirrors (last mirror epochs
+    /// for their failback, and the states).
+    fn mirror_reports(&self) -> MirrorReports {
+        let mut reports = MirrorReports::default();
+        for (name, m) in &self.mirrors {
+            reports.mirrors.insert(
+                name.clone(),
+                MirrorReport {
+                    source_cluster_id: m.record.source_cluster_id.clone(),
+                    ..MirrorReport::default()
+                },
+            );
+        }
+        for (key, p) in &self.partitions {
+            let view = self.view(key, p);
+            let Some(mirror) = reports.mirrors.get_mut(&key.mirror) else {
+                continue;
+            };
+            let topic = mirror.topics.entry(p.tp.topic.clone()).or_default();
+            topic.topic_id = key.topic_id;
+            topic.partitions.insert(
+                key.partition,
+                PartitionReport {
+                    source_offset: view.source_offset,
+                    destination_offset: view.destination_offset,
+                    lag: if view.source_offset >= 0 { view.lag_messages } else { -1 },
+                    state: view.state,
+                    retry_attempt: i16::try_from(view.retry_attempt).unwrap_or(i16::MAX),
+                    error_message: view.error,
+                    last_mirror_epoch: view.last_mirror_epoch,
+                },
+            );
+        }
+        reports
+    }
+
+    fn summary(&self, name: &str) -> MirrorSummary {
+        let m = &self.mirrors[name];
+        let mut states = BTreeMap::new();
+        let mut partitions = 0;
+        for (_, p) in self.partitions.iter().filter(|(k, _)| k.mirror == name) {
+            *states.entry(p.record.state.name().to_string()).or_default() += 1;
+            partitions += 1;
+        }
+        MirrorSummary {
+            name: name.into(),
+            bootstrap_servers: m.record.config.bootstrap_servers.clone(),
+            source_cluster_id: m.record.source_cluster_id.clone(),
+            partitions,
+            states,
+        }
+    }
+
+    fn describe(&self, name: &str) -> Result<MirrorDescription, AdminError> {
+        let m = self.mirror(name)?;
+        Ok(MirrorDescription {
+            config: m.record.config.clone(),
+            source_cluster_id: m.record.source_cluster_id.clone(),
+            created_ms: m.record.created_ms,
+            topics: m.topics.iter().cloned().collect(),
+            partitions: self
+                .partitions
+                .iter()
+                .filter(|(k, _)| k.mirror == name)
+                .map(|(k, p)| self.view(k, p))
+                .collect(),
+            last_sync_ms: m.last_sync_ms,
+            sync_error: m.sync_error.clone(),
+        })
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            partitions: self
+                .partitions
+                .iter()
+                .map(|(k, p)| PartitionMetrics {
+                    view: self.view(k, p),
+                    bytes_mirrored: p.live.bytes_before + p.live.placed_bytes,
+                    batches_mirrored: p.live.batches_before + p.live.placed_batches,
+                    epoch_bumps: p.live.epoch_bumps,
+                    crc_failures: p.live.crc_failures,
+                    truncations: p.live.truncations,
+                })
+                .collect(),
+            mirrors: self
+                .mirrors
+                .iter()
+                .map(|(name, m)| MirrorMetrics {
+                    mirror: name.clone(),
+                    fetch_errors: BTreeMap::new(),
+                    fetch_latency_us: Vec::new(),
+                    fetches: 0,
+                    sync_halted: m.halted,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Pause,
+    Resume,
+    Stop,
+    Restart,
+}
+
+impl Change {
+    fn applies_to(self, state: State) -> bool {
+        match self {
+            Self::Pause => matches!(state, State::Preparing | State::Mirroring | State::EpochFencing),
+            Self::Resume => state == State::Paused,
+            Self::Stop => state.can_move_to(State::Stopping),
+            Self::Restart => state == State::Failed,
+        }
+    }
+
+    /// Why nothing of `topic` could take the change.
+    fn refusal(self, mirror: &str, topic: &str, states: &[State]) -> AdminError {
+        let (mirror, topic) = (mirror.to_owned(), topic.to_owned());
+        let stopping = states.iter().any(|s| matches!(s, State::Stopping | State::Stopped));
+        match self {
+            _ if stopping => AdminError::BeingStopped { mirror, topic },
+            Self::Pause => AdminError::AlreadyPaused { mirror, topic },
+            Self::Resume => AdminError::NotPaused { mirror, topic },
+            Self::Restart => AdminError::NotFailed { mirror, topic },
+            Self::Stop => AdminError::BeingStopped { mirror, topic },
+        }
+    }
+}
+
+fn uuid_string(id: &[u8; 16]) -> String {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+async fn connection(m: &mut Mirror) -> Result<&mut Connection, ClientError> {
+    if m.conn.is_none() {
+        let options = ConnectionOptions {
+            client_id: format!("ringmirror-{}-control", m.record.config.name),
+            connect_timeout: CONTROL_CONNECT_TIMEOUT,
+            io_timeout: CONTROL_IO_TIMEOUT,
+            ..ConnectionOptions::default()
+        };
+        let mut last = None;
+        for addr in &m.record.config.bootstrap_servers {
+            match Connection::connect(addr, options.clone()).await {
+                Ok(c) => {
+                    m.conn = Some(c);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if m.conn.is_none() {
+            return Err(last.unwrap_or(ClientError::Resolve {
+                addr: "no bootstrap servers".into(),
+            }));
+        }
+    }
+    Ok(m.conn.as_mut().expect("connected"))
+}
+
+async fn source_metadata(m: &mut Mirror) -> Result<SourceMetadata, ClientError> {
+    let topics = m.selection.request_topics();
+    let conn = connection(m).await?;
+    fetch_source_metadata(conn, topics.as_deref()).await
+}

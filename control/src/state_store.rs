@@ -1,0 +1,892 @@
+//! [`MirrorStateStore`]: the `__mirror_state` log — each mirror's definition
+//! and each mirrored partition's state, written (and flushed) before the
+//! coordinator acts on it, and loaded back on start.
+//!
+//! `mirror.topic.num.partitions` state partitions, each a [`CompactedLog`]
+//! `<dir>/mirror-state-<n>/` created on its first write; a key lives in
+//! partition [`state_partition`]. The partition count is recorded in
+//! `<dir>/mirror-state.json` before any partition exists, and opening with
+//! another count while records exist is refused: a key's partition depends
+//! on the count, so its records would be stranded.
+//!
+//! Keys are binary and canonical (one encoding per key, so compaction keeps
+//! exactly the latest record): i16 version 0, i16 kind (0 mirror,
+//! 1 partition), the mirror name as a Kafka STRING (i16 length, UTF-8),
+//! then for a partition its 16-byte topic id and i32 partition; big-endian.
+//! Values are JSON objects with `"version": 0`. A later version may only add
+//! fields, so unknown fields are ignored on load (even inside the mirror
+//! config, which refuses them when read from the agent's TOML file); an
+//! incompatible change needs a new key version. A record that does not
+//! decode is logged and skipped, never fatal.
+//!
+//! Never reads the data plane's topic logs; this is state only.
+
+use std::collections::{BTreeMap, BTreeSet, btree_map::Entry};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ringmirror_dataplane::fetch::stable_hash;
+use ringmirror_dataplane::log::{CompactedLog, KeyedRecord, LogError};
+use serde::{Deserialize, Serialize};
+
+use crate::mirror::MirrorConfig;
+use crate::state::MirrorPartitionState;
+
+/// The default `mirror.topic.num.partitions` (KIP-1279 and DESIGN.md).
+pub const STATE_PARTITIONS_DEFAULT: u32 = 50;
+/// The most state partitions a store takes (each is an open log).
+pub const STATE_PARTITIONS_MAX: u32 = 1024;
+/// A state partition's log is compacted only once it is larger than this.
+const COMPACT_MIN_BYTES: u64 = 1 << 20;
+const PARTITION_COUNT_FILE: &str = "mirror-state.json";
+const LOG_PREFIX: &str = "mirror-state-";
+const KEY_VERSION: i16 = 0;
+const KEY_KIND_MIRROR: i16 = 0;
+const KEY_KIND_PARTITION: i16 = 1;
+const VALUE_VERSION: u16 = 0;
+/// The longest mirror name a key's Kafka STRING can hold.
+const MIRROR_NAME_BYTES_MAX: usize = i16::MAX as usize;
+
+/// A mirrored partition's key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionStateKey {
+    pub mirror: String,
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+}
+
+/// A key of `__mirror_state`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StateKey {
+    Mirror { name: String },
+    Partition(PartitionStateKey),
+}
+
+/// A mirror's definition as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorRecord {
+    pub config: MirrorConfig,
+    pub source_cluster_id: Option<String>,
+    pub created_ms: u64,
+}
+
+/// A mirrored partition's state as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub topic: String,
+    pub state: MirrorPartitionState,
+    pub last_mirror_epoch: i32,
+    pub destination_leader_epoch: i32,
+    pub retry_attempt: u32,
+    pub error: Option<String>,
+    pub updated_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateStoreError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("state partition {partition}: {source}")]
+    Log { partition: u32, source: LogError },
+    #[error("corrupt {path}: {reason}")]
+    CorruptPartitionCount { path: PathBuf, reason: String },
+    #[error(
+        "{dir} holds mirror state in {on_disk} partitions, not {requested}: changing \
+         mirror.topic.num.partitions would strand its records"
+    )]
+    PartitionCountMismatch { dir: PathBuf, on_disk: u32, requested: u32 },
+    #[error("mirror.topic.num.partitions must be 1 to {STATE_PARTITIONS_MAX}, not {0}")]
+    InvalidPartitionCount(u32),
+    #[error("a mirror name of {bytes} bytes is longer than a key can hold ({MIRROR_NAME_BYTES_MAX})")]
+    NameTooLong { bytes: usize },
+}
+
+type Result<T> = std::result::Result<T, StateStoreError>;
+
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StateStoreError {
+    let path = path.to_owned();
+    move |source| StateStoreError::Io { op, path, source }
+}
+
+/// The state partition `key` lives in, out of `num_partitions`.
+pub fn state_partition(key: &StateKey, num_partitions: u32) -> u32 {
+    (stable_hash(encode_key(key)) % u64::from(num_partitions)) as u32
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.len() > MIRROR_NAME_BYTES_MAX {
+        return Err(StateStoreError::NameTooLong { bytes: name.len() });
+    }
+    Ok(())
+}
+
+/// The canonical key bytes. Writers check the name with [`check_name`]
+/// first; for a longer name the length wraps, which no stored key has.
+fn encode_key(key: &StateKey) -> Vec<u8> {
+    let (kind, mirror) = match key {
+        StateKey::Mirror { name } => (KEY_KIND_MIRROR, name),
+        StateKey::Partition(p) => (KEY_KIND_PARTITION, &p.mirror),
+    };
+    let mut out = Vec::with_capacity(26 + mirror.len());
+    out.extend_from_slice(&KEY_VERSION.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&(mirror.len() as i16).to_be_bytes());
+    out.extend_from_slice(mirror.as_bytes());
+    if let StateKey::Partition(p) = key {
+        out.extend_from_slice(&p.topic_id);
+        out.extend_from_slice(&p.partition.to_be_bytes());
+    }
+    out
+}
+
+fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = bytes.split_first_chunk::<N>()?;
+    *bytes = rest;
+    Some(*head)
+}
+
+/// The key `bytes` encode; `None` for another version or kind, or bytes
+/// that are not exactly one canonical key.
+fn decode_key(mut bytes: &[u8]) -> Option<StateKey> {
+    let b = &mut bytes;
+    if i16::from_be_bytes(take(b)?) != KEY_VERSION {
+        return None;
+    }
+    let kind = i16::from_be_bytes(take(b)?);
+    let len = usize::try_from(i16::from_be_bytes(take(b)?)).ok()?;
+    let (name, rest) = b.split_at_checked(len)?;
+    *b = rest;
+    let mirror = std::str::from_utf8(name).ok()?.to_owned();
+    let key = match kind {
+        KEY_KIND_MIRROR => StateKey::Mirror { name: mirror },
+        KEY_KIND_PARTITION => StateKey::Partition(PartitionStateKey {
+            mirror,
+            topic_id: take(b)?,
+            partition: i32::from_be_bytes(take(b)?),
+        }),
+        _ => return None,
+    };
+    bytes.is_empty().then_some(key)
+}
+
+/// A value as stored: the record's fields and the value format's version.
+#[derive(Serialize, Deserialize)]
+struct Versioned<T> {
+    version: u16,
+    #[serde(flatten)]
+    record: T,
+}
+
+fn encode_value<T: Serialize>(record: &T) -> Vec<u8> {
+    let value = Versioned {
+        version: VALUE_VERSION,
+        record,
+    };
+    serde_json::to_vec(&value).expect("state records have string keys and no fallible fields")
+}
+
+/// The field names `T`'s derived `Deserialize` reads, as it announces them
+/// to `deserialize_struct` (to a deserializer that stops right there).
+fn struct_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor, value::Error};
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Fields<'_> {
+        type Error = Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Error> {
+            *self.0 = fields;
+            Err(Error::custom("only the field names were wanted"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Fields(&mut fields));
+    fields
+}
+
+fn decode_mirror(value: &[u8]) -> serde_json::Result<MirrorRecord> {
+    let mut json: serde_json::Value = serde_json::from_slice(value)?;
+    // `MirrorConfig` refuses unknown fields (typos in the TOML file); fields
+    // a later version added are dropped here instead.
+    if let Some(config) = json.get_mut("config").and_then(|c| c.as_object_mut()) {
+        let known = struct_fields::<MirrorConfig>();
+        config.retain(|field, _| known.contains(&field.as_str()));
+    }
+    Ok(serde_json::from_value::<Versioned<MirrorRecord>>(json)?.record)
+}
+
+fn decode_partition(value: &[u8]) -> serde_json::Result<PartitionRecord> {
+    Ok(serde_json::from_slice::<Versioned<PartitionRecord>>(value)?.record)
+}
+
+/// What `<dir>/mirror-state.json` holds.
+#[derive(Serialize, Deserialize)]
+struct PartitionCount {
+    version: u16,
+    num_partitions: u32,
+}
+
+fn read_partition_count(dir: &Path) -> Result<Option<u32>> {
+    let path = dir.join(PARTITION_COUNT_FILE);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    let count: PartitionCount = serde_json::from_slice(&text).map_err(|e| StateStoreError::CorruptPartitionCount {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Some(count.num_partitions))
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync dir", dir))
+}
+
+/// Replaces the partition count file: a crash leaves the old or the new one.
+fn write_partition_count(dir: &Path, num_partitions: u32) -> Result<()> {
+    let path = dir.join(PARTITION_COUNT_FILE);
+    let tmp = dir.join(format!("{PARTITION_COUNT_FILE}.tmp"));
+    let json = serde_json::to_vec(&PartitionCount {
+        version: 0,
+        num_partitions,
+    })
+    .expect("two numbers serialize");
+    let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    file.write_all(&json).map_err(io("write", &tmp))?;
+    file.sync_all().map_err(io("fsync", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    fsync_dir(dir)
+}
+
+/// State partitions with a log in `dir` (also one only left as the
+/// `.compacted` or `.old` directory of an interrupted compaction).
+fn list_partitions(dir: &Path) -> Result<BTreeSet<u32>> {
+    let mut partitions = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).map_err(io("list", dir))? {
+        let name = entry.map_err(io("list", dir))?.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(LOG_PREFIX)) else {
+            continue;
+        };
+        let (number, suffix) = rest.split_once('.').unwrap_or((rest, ""));
+        if let (Ok(p), "" | "compacted" | "old") = (number.parse(), suffix) {
+            partitions.insert(p);
+        }
+    }
+    Ok(partitions)
+}
+
+/// `__mirror_state`: mirror definitions and partition states, in memory and
+/// in the state partitions' logs (see the module doc).
+pub struct MirrorStateStore {
+    dir: PathBuf,
+    num_partitions: u32,
+    compact_min_bytes: u64,
+    /// Open logs by state partition; one is created on its first write.
+    logs: BTreeMap<u32, CompactedLog>,
+    mirrors: BTreeMap<String, MirrorRecord>,
+    partitions: BTreeMap<PartitionStateKey, PartitionRecord>,
+}
+
+impl MirrorStateStore {
+    /// Opens (creating) the store in `dir` with `num_partitions` state
+    /// partitions and loads every existing partition.
+    pub fn open(dir: &Path, num_partitions: u32) -> Result<Self> {
+        Self::open_with(dir, num_partitions, COMPACT_MIN_BYTES)
+    }
+
+    fn open_with(dir: &Path, num_partitions: u32, compact_min_bytes: u64) -> Result<Self> {
+        if !(1..=STATE_PARTITIONS_MAX).contains(&num_partitions) {
+            return Err(StateStoreError::InvalidPartitionCount(num_partitions));
+        }
+        std::fs::create_dir_all(dir).map_err(io("create dir", dir))?;
+        let recorded = read_partition_count(dir)?;
+        let existing = list_partitions(dir)?;
+        // The count is written before any partition exists, so the
+        // partitions found must fit the count recorded.
+        let layout = recorded.unwrap_or(num_partitions);
+        let misfit = match (recorded, existing.last()) {
+            (None, Some(_)) => Some("missing while state partitions exist".to_owned()),
+            (Some(n), Some(&last)) if last >= n => Some(format!("says {n} partitions, but partition {last} exists")),
+            _ => None,
+        };
+        if let Some(reason) = misfit {
+            return Err(StateStoreError::CorruptPartitionCount {
+                path: dir.join(PARTITION_COUNT_FILE),
+                reason,
+            });
+        }
+        let mut store = Self {
+            dir: dir.to_owned(),
+            num_partitions: layout,
+            compact_min_bytes,
+            logs: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+        };
+        let mut live_records = 0;
+        for partition in existing {
+            live_records += store.load_partition(partition)?;
+        }
+        if layout != num_partitions {
+            // Undecodable records count too: a later version may read them.
+            if live_records > 0 {
+                return Err(StateStoreError::PartitionCountMismatch {
+                    dir: dir.to_owned(),
+                    on_disk: layout,
+                    requested: num_partitions,
+                });
+            }
+            // Only tombstones are left: nothing is stranded by the change.
+            for partition in std::mem::take(&mut store.logs).into_keys() {
+                let path = dir.join(format!("{LOG_PREFIX}{partition}"));
+                std::fs::remove_dir_all(&path).map_err(io("remove dir", &path))?;
+            }
+            store.num_partitions = num_partitions;
+        }
+        if recorded != Some(num_partitions) {
+            write_partition_count(dir, num_partitions)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens state partition `partition`'s log and loads its records;
+    /// returns how many live records it holds, decodable or not.
+    fn load_partition(&mut self, partition: u32) -> Result<usize> {
+        let name = format!("{LOG_PREFIX}{partition}");
+        let (log, values) = CompactedLog::open(&self.dir, &name, self.compact_min_bytes)
+            .map_err(|source| StateStoreError::Log { partition, source })?;
+        self.logs.insert(partition, log);
+        let live_records = values.len();
+        for (key, value) in values {
+            let Some(decoded) = decode_key(&key) else {
+                tracing::warn!(partition, key = ?key, "skipping a __mirror_state record with an unknown key");
+                continue;
+            };
+            let home = state_partition(&decoded, self.num_partitions);
+            if home != partition {
+                tracing::warn!(partition, home, key = ?decoded, "skipping a __mirror_state record in the wrong partition");
+                continue;
+            }
+            let loaded = match decoded.clone() {
+                StateKey::Mirror { name } => decode_mirror(&value).map(|r| {
+                    self.mirrors.insert(name, r);
+                }),
+                StateKey::Partition(key) => decode_partition(&value).map(|r| {
+                    self.partitions.insert(key, r);
+                }),
+            };
+            if let Err(e) = loaded {
+                tracing::warn!(partition, key = ?decoded, error = %e, "skipping an undecodable __mirror_state record");
+            }
+        }
+        Ok(live_records)
+    }
+
+    pub fn num_partitions(&self) -> u32 {
+        self.num_partitions
+    }
+
+    pub fn mirrors(&self) -> &BTreeMap<String, MirrorRecord> {
+        &self.mirrors
+    }
+
+    pub fn partitions(&self) -> &BTreeMap<PartitionStateKey, PartitionRecord> {
+        &self.partitions
+    }
+
+    /// Appends `records` to state partition `partition` as one batch,
+    /// flushed before this returns.
+    fn write(&mut self, partition: u32, records: Vec<(StateKey, Option<Vec<u8>>)>) -> Result<()> {
+        let log_error = |source| StateStoreError::Log { partition, source };
+        let log = match self.logs.entry(partition) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let name = format!("{LOG_PREFIX}{partition}");
+                let (log, values) = CompactedLog::open(&self.dir, &name, self.compact_min_bytes).map_err(log_error)?;
+                debug_assert!(values.is_empty(), "every existing partition was loaded on open");
+                e.insert(log)
+            }
+        };
+        let records = records
+            .into_iter()
+            .map(|(key, value)| KeyedRecord {
+                key: encode_key(&key),
+                value,
+                timestamp_ms: None,
+            })
+            .collect();
+        log.append(records).map_err(log_error)
+    }
+
+    /// Stores a mirror's definition under its name.
+    pub fn put_mirror(&mut self, record: &MirrorRecord) -> Result<()> {
+        let name = record.config.name.clone();
+        check_name(&name)?;
+        let key = StateKey::Mirror { name: name.clone() };
+        let partition = state_partition(&key, self.num_partitions);
+        self.write(partition, vec![(key, Some(encode_value(record)))])?;
+        self.mirrors.insert(name, record.clone());
+        Ok(())
+    }
+
+    /// Deletes a mirror and every partition state of it (tombstones). The
+    /// partitions go first and the mirror last, so a crash part-way leaves
+    /// the mirror, and the delete can be retried.
+    pub fn delete_mirror(&mut self, name: &str) -> Result<()> {
+        check_name(name)?;
+        let first = PartitionStateKey {
+            mirror: name.to_owned(),
+            topic_id: [0; 16],
+            partition: i32::MIN,
+        };
+        let keys: Vec<_> = self
+            .partitions
+            .range(first..)
+            .take_while(|(k, _)| k.mirror == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.remove_partitions(keys)?;
+        let key = StateKey::Mirror { name: name.to_owned() };
+        let partition = state_partition(&key, self.num_partitions);
+        self.write(partition, vec![(key, None)])?;
+        self.mirrors.remove(name);
+        Ok(())
+    }
+
+    pub fn put_partition(&mut self, key: PartitionStateKey, record: PartitionRecord) -> Result<()> {
+        self.put_partitions(vec![(key, record)])
+    }
+
+    /// Stores partition states, one batch per state partition. Each batch
+    /// is durable and visible before the next is written; on an error the
+    /// batches before it stay written.
+    pub fn put_partitions(&mut self, records: Vec<(PartitionStateKey, PartitionRecord)>) -> Result<()> {
+        let mut groups: BTreeMap<u32, Vec<(PartitionStateKey, PartitionRecord)>> = BTreeMap::new();
+        for (key, record) in records {
+            check_name(&key.mirror)?;
+            let partition = state_partition(&StateKey::Partition(key.clone()), self.num_partitions);
+            groups.entry(partition).or_default().push((key, record));
+        }
+        for (partition, group) in groups {
+            let writes = group
+                .iter()
+                .map(|(key, record)| (StateKey::Partition(key.clone()), Some(encode_value(record))))
+                .collect();
+            self.write(partition, writes)?;
+            self.partitions.extend(group);
+        }
+        Ok(())
+    }
+
+    /// Deletes a partition's state (a tombstone).
+    pub fn remove_partition(&mut self, key: &PartitionStateKey) -> Result<()> {
+        check_name(&key.mirror)?;
+        self.remove_partitions(vec![key.clone()])
+    }
+
+    /// Tombstones `keys`, one batch per state partition.
+    fn remove_partitions(&mut self, keys: Vec<PartitionStateKey>) -> Result<()> {
+        let mut groups: BTreeMap<u32, Vec<PartitionStateKey>> = BTreeMap::new();
+        for key in keys {
+            let partition = state_partition(&StateKey::Partition(key.clone()), self.num_partitions);
+            groups.entry(partition).or_default().push(key);
+        }
+        for (partition, group) in groups {
+            let writes = group
+                .iter()
+                .map(|key| (StateKey::Partition(key.clone()), None))
+                .collect();
+            self.write(partition, writes)?;
+            for key in &group {
+                self.partitions.remove(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn config(name: &str) -> MirrorConfig {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "bootstrap_servers": ["source:9092"],
+            "topics": ["orders"],
+        }))
+        .unwrap()
+    }
+
+    fn mirror(name: &str, created_ms: u64) -> MirrorRecord {
+        MirrorRecord {
+            config: config(name),
+            source_cluster_id: Some("src-cluster".into()),
+            created_ms,
+        }
+    }
+
+    fn pkey(mirror: &str, topic: u8, partition: i32) -> PartitionStateKey {
+        PartitionStateKey {
+            mirror: mirror.into(),
+            topic_id: [topic; 16],
+            partition,
+        }
+    }
+
+    fn precord(seed: u32) -> PartitionRecord {
+        PartitionRecord {
+            topic: format!("topic-{}", seed % 3),
+            state: MirrorPartitionState::ALL[seed as usize % MirrorPartitionState::ALL.len()],
+            last_mirror_epoch: seed as i32 % 7 - 1,
+            destination_leader_epoch: seed as i32 % 11 + 10,
+            retry_attempt: seed % 4,
+            error: (seed % 5 == 0).then(|| format!("error {seed}")),
+            updated_ms: u64::from(seed) * 1000,
+        }
+    }
+
+    #[test]
+    fn keys_encode_canonically_and_pick_a_stable_partition() {
+        let m = StateKey::Mirror { name: "dr".into() };
+        assert_eq!(encode_key(&m), [0, 0, 0, 0, 0, 2, b'd', b'r']);
+        let p = StateKey::Partition(PartitionStateKey {
+            mirror: "dr".into(),
+            topic_id: [9; 16],
+            partition: 258,
+        });
+        let bytes = encode_key(&p);
+        assert_eq!(
+            bytes,
+            [&[0, 0, 0, 1, 0, 2, b'd', b'r'][..], &[9; 16], &[0, 0, 1, 2]].concat()
+        );
+        assert_eq!(decode_key(&bytes), Some(p.clone()));
+        assert_eq!(decode_key(&encode_key(&m)), Some(m.clone()));
+        // Not canonical, another version or kind, cut short: not our keys.
+        assert_eq!(decode_key(&[bytes.as_slice(), &[0]].concat()), None);
+        assert_eq!(decode_key(&[0, 1, 0, 0, 0, 0]), None);
+        assert_eq!(decode_key(&[0, 0, 0, 2, 0, 0]), None);
+        assert_eq!(decode_key(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(state_partition(&p, 50), (stable_hash(bytes) % 50) as u32);
+        assert!(state_partition(&m, STATE_PARTITIONS_DEFAULT) < STATE_PARTITIONS_DEFAULT);
+    }
+
+    #[test]
+    fn states_are_stored_under_their_kafka_names() {
+        for state in MirrorPartitionState::ALL {
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{state}\""));
+            assert_eq!(serde_json::from_str::<MirrorPartitionState>(&json).unwrap(), state);
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = MirrorStateStore::open(dir.path(), STATE_PARTITIONS_DEFAULT).unwrap();
+        store.put_mirror(&mirror("dr", 1)).unwrap();
+        store.put_mirror(&mirror("dr", 2)).unwrap();
+        store.put_partition(pkey("dr", 1, 0), precord(1)).unwrap();
+        store
+            .put_partitions((0..20).map(|p| (pkey("dr", 2, p), precord(p as u32))).collect())
+            .unwrap();
+        let (mirrors, partitions) = (store.mirrors().clone(), store.partitions().clone());
+        assert_eq!(mirrors["dr"], mirror("dr", 2));
+        assert_eq!(partitions.len(), 21);
+        drop(store); // no clean close: every write was flushed
+        let store = MirrorStateStore::open(dir.path(), STATE_PARTITIONS_DEFAULT).unwrap();
+        assert_eq!(store.mirrors(), &mirrors);
+        assert_eq!(store.partitions(), &partitions);
+        // Partitions are created on their first write only.
+        let created = list_partitions(dir.path()).unwrap();
+        assert!(!created.is_empty() && created.len() < 22, "{created:?}");
+        let value = encode_value(&precord(5));
+        let json: serde_json::Value = serde_json::from_slice(&value).unwrap();
+        assert_eq!(
+            (json["version"].as_u64(), json["state"].as_str()),
+            (Some(0), Some("PAUSED"))
+        );
+    }
+
+    #[test]
+    fn deleting_a_mirror_tombstones_it_and_its_partitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        for name in ["a", "b"] {
+            store.put_mirror(&mirror(name, 1)).unwrap();
+            store
+                .put_partitions((0..10).map(|p| (pkey(name, 3, p), precord(p as u32))).collect())
+                .unwrap();
+        }
+        store.delete_mirror("a").unwrap();
+        store.remove_partition(&pkey("b", 3, 0)).unwrap();
+        store.delete_mirror("never-existed").unwrap();
+        let check = |store: &MirrorStateStore| {
+            assert_eq!(store.mirrors().keys().collect::<Vec<_>>(), ["b"]);
+            let keys: Vec<_> = store
+                .partitions()
+                .keys()
+                .map(|k| (k.mirror.as_str(), k.partition))
+                .collect();
+            assert_eq!(keys, (1..10).map(|p| ("b", p)).collect::<Vec<_>>());
+        };
+        check(&store);
+        drop(store);
+        check(&MirrorStateStore::open(dir.path(), 8).unwrap());
+    }
+
+    #[test]
+    fn compaction_keeps_the_latest_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = MirrorStateStore::open_with(dir.path(), 1, 16 * 1024).unwrap();
+        for i in 0..300 {
+            store.put_partition(pkey("dr", 1, (i % 3) as i32), precord(i)).unwrap();
+            if i % 50 == 0 {
+                store.put_mirror(&mirror("dr", u64::from(i))).unwrap();
+            }
+        }
+        store.put_partition(pkey("dr", 1, 7), precord(7)).unwrap();
+        store.remove_partition(&pkey("dr", 1, 7)).unwrap();
+        let size = store.logs[&0].size_bytes();
+        assert!(size < 32 * 1024, "compacted: {size}");
+        drop(store);
+        let store = MirrorStateStore::open_with(dir.path(), 1, 16 * 1024).unwrap();
+        assert_eq!(store.mirrors()["dr"].created_ms, 250);
+        let latest: Vec<_> = store
+            .partitions()
+            .iter()
+            .map(|(k, r)| (k.partition, r.clone()))
+            .collect();
+        assert_eq!(latest, [(0, precord(297)), (1, precord(298)), (2, precord(299))]);
+    }
+
+    #[test]
+    fn another_partition_count_is_refused_while_records_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = MirrorStateStore::open(dir.path(), 4).unwrap();
+        store.put_mirror(&mirror("dr", 1)).unwrap();
+        store.put_partition(pkey("dr", 1, 0), precord(1)).unwrap();
+        drop(store);
+        let err = MirrorStateStore::open(dir.path(), 8).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                StateStoreError::PartitionCountMismatch {
+                    on_disk: 4,
+                    requested: 8,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("strand"), "{err}");
+        assert!(matches!(
+            MirrorStateStore::open(dir.path(), 0),
+            Err(StateStoreError::InvalidPartitionCount(0))
+        ));
+        // Once only tombstones are left, the count may change.
+        let mut store = MirrorStateStore::open(dir.path(), 4).unwrap();
+        assert_eq!(store.num_partitions(), 4);
+        store.delete_mirror("dr").unwrap();
+        drop(store);
+        let mut store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        assert_eq!(store.num_partitions(), 8);
+        assert!(list_partitions(dir.path()).unwrap().is_empty());
+        store.put_mirror(&mirror("dr", 2)).unwrap();
+        drop(store);
+        let store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        assert_eq!(store.mirrors()["dr"].created_ms, 2);
+        // A partition the recorded count cannot have is not silently ignored.
+        std::fs::create_dir(dir.path().join("mirror-state-9")).unwrap();
+        let err = MirrorStateStore::open(dir.path(), 8).err().unwrap();
+        assert!(matches!(err, StateStoreError::CorruptPartitionCount { .. }), "{err}");
+    }
+
+    /// Records written by a later version (extra fields, also inside the
+    /// config) load; records this version cannot decode are skipped.
+    #[test]
+    fn unknown_fields_are_ignored_and_undecodable_records_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(MirrorStateStore::open(dir.path(), 1).unwrap());
+        let mut newer = serde_json::to_value(mirror("dr", 5)).unwrap();
+        newer["version"] = 1.into();
+        newer["owner"] = "someone".into();
+        newer["config"]["compression"] = "zstd".into();
+        let mut future_state = serde_json::to_value(precord(1)).unwrap();
+        future_state["version"] = 0.into();
+        future_state["state"] = "RESHARDING".into();
+        let good = serde_json::to_vec(&Versioned {
+            version: 0,
+            record: precord(2),
+        })
+        .unwrap();
+        let raw = |key: StateKey, value: &[u8]| KeyedRecord {
+            key: encode_key(&key),
+            value: Some(value.to_vec()),
+            timestamp_ms: None,
+        };
+        let (mut log, _) = CompactedLog::open(dir.path(), "mirror-state-0", u64::MAX).unwrap();
+        log.append(vec![
+            raw(
+                StateKey::Mirror { name: "dr".into() },
+                &serde_json::to_vec(&newer).unwrap(),
+            ),
+            raw(
+                StateKey::Partition(pkey("dr", 1, 1)),
+                &serde_json::to_vec(&future_state).unwrap(),
+            ),
+            raw(StateKey::Partition(pkey("dr", 1, 2)), &good),
+            raw(StateKey::Partition(pkey("dr", 1, 3)), b"not json"),
+            KeyedRecord {
+                key: b"\x00\x07unknown key version".to_vec(),
+                value: Some(b"{}".to_vec()),
+                timestamp_ms: None,
+            },
+        ])
+        .unwrap();
+        drop(log);
+        let store = MirrorStateStore::open(dir.path(), 1).unwrap();
+        assert_eq!(store.mirrors()["dr"], mirror("dr", 5));
+        let loaded: Vec<_> = store.partitions().iter().collect();
+        assert_eq!(loaded, [(&pkey("dr", 1, 2), &precord(2))]);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        PutMirror(usize, u64),
+        DeleteMirror(usize),
+        PutPartitions(Vec<(usize, u32)>),
+        RemovePartition(usize),
+        /// Drop without a clean close and reopen.
+        Crash,
+        /// A partition write torn by a crash: never acknowledged, so lost.
+        TornPut(usize, u32, u8),
+    }
+
+    const NAMES: [&str; 3] = ["a", "b", "dr-east"];
+    const PROP_PARTITIONS: u32 = 3;
+
+    fn key_of(i: usize) -> PartitionStateKey {
+        pkey(NAMES[i % 3], (i / 3 % 2) as u8, (i / 6) as i32)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..NAMES.len(), any::<u64>()).prop_map(|(n, t)| Op::PutMirror(n, t)),
+            1 => (0..NAMES.len()).prop_map(Op::DeleteMirror),
+            4 => prop::collection::vec((0..24usize, any::<u32>()), 1..6).prop_map(Op::PutPartitions),
+            2 => (0..24usize).prop_map(Op::RemovePartition),
+            1 => Just(Op::Crash),
+            1 => (0..24usize, any::<u32>(), any::<u8>()).prop_map(|(k, s, c)| Op::TornPut(k, s, c)),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Model {
+        mirrors: BTreeMap<String, MirrorRecord>,
+        partitions: BTreeMap<PartitionStateKey, PartitionRecord>,
+    }
+
+    fn segment_file(dir: &Path, partition: u32) -> PathBuf {
+        dir.join(format!("{LOG_PREFIX}{partition}/00000000000000000000.log"))
+    }
+
+    /// The tear: puts the record, crashes, and cuts the last batch at `cut`
+    /// (a fraction of its length), unless the write compacted the log (then
+    /// no tail holds the write alone: it counts as acknowledged).
+    fn torn_put(
+        dir: &Path,
+        mut store: MirrorStateStore,
+        key: PartitionStateKey,
+        record: PartitionRecord,
+        cut: u8,
+        model: &mut Model,
+    ) -> MirrorStateStore {
+        let partition = state_partition(&StateKey::Partition(key.clone()), PROP_PARTITIONS);
+        let inode = |path: &Path| std::fs::metadata(path).ok().map(|m| m.ino());
+        let file = segment_file(dir, partition);
+        let before = (inode(&file), store.logs.get(&partition).map_or(0, |l| l.size_bytes()));
+        store.put_partition(key.clone(), record.clone()).unwrap();
+        let after = store.logs[&partition].size_bytes();
+        drop(store);
+        if before.0.is_none() || before.0 == inode(&file) {
+            let batch_bytes = after - before.1;
+            let keep = batch_bytes * u64::from(cut) / 256;
+            let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            f.set_len(before.1 + keep).unwrap();
+        } else {
+            model.partitions.insert(key, record);
+        }
+        MirrorStateStore::open_with(dir, PROP_PARTITIONS, 2048).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Random writes, crashes and torn writes against a pair of maps:
+        /// after every step the store holds exactly what was acknowledged.
+        #[test]
+        fn random_operations_match_the_model(ops in prop::collection::vec(op(), 1..40)) {
+            let dir = tempfile::tempdir().unwrap();
+            let open = || MirrorStateStore::open_with(dir.path(), PROP_PARTITIONS, 2048).unwrap();
+            let mut store = open();
+            let mut model = Model::default();
+            for op in ops {
+                match op {
+                    Op::PutMirror(n, t) => {
+                        let record = mirror(NAMES[n], t);
+                        store.put_mirror(&record).unwrap();
+                        model.mirrors.insert(NAMES[n].into(), record);
+                    }
+                    Op::DeleteMirror(n) => {
+                        store.delete_mirror(NAMES[n]).unwrap();
+                        model.mirrors.remove(NAMES[n]);
+                        model.partitions.retain(|k, _| k.mirror != NAMES[n]);
+                    }
+                    Op::PutPartitions(writes) => {
+                        let writes: Vec<_> = writes.into_iter().map(|(k, s)| (key_of(k), precord(s))).collect();
+                        store.put_partitions(writes.clone()).unwrap();
+                        model.partitions.extend(writes);
+                    }
+                    Op::RemovePartition(k) => {
+                        store.remove_partition(&key_of(k)).unwrap();
+                        model.partitions.remove(&key_of(k));
+                    }
+                    Op::Crash => {
+                        drop(store);
+                        store = open();
+                    }
+                    Op::TornPut(k, s, cut) => {
+                        store = torn_put(dir.path(), store, key_of(k), precord(s), cut, &mut model);
+                    }
+                }
+                prop_assert_eq!(store.mirrors(), &model.mirrors);
+                prop_assert_eq!(store.partitions(), &model.partitions);
+            }
+            drop(store);
+            let store = open();
+            prop_assert_eq!(store.mirrors(), &model.mirrors);
+            prop_assert_eq!(store.partitions(), &model.partitions);
+        }
+    }
+}

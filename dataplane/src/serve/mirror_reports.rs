@@ -1,0 +1,171 @@
+//! Mirror reports: what the control plane tells the listener about each
+//! mirror, for `DescribeClusterMirrors` (API 99). For each mirror, topic
+//! and partition: offsets, lag, state, retries, error, and the last mirror
+//! epoch (LME). A peer asks for the LMEs before it fails back (it truncates
+//! its log above them); `mirror describe` shows the rest.
+//!
+//! The control plane publishes whole snapshots (copy on write). A request
+//! reads the current one once, under a read lock. The API is rare, so
+//! unlike the catalog it needs no generation counter to keep readers off
+//! the lock. The data plane only reads the reports: it never computes them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// Every mirror's report, by mirror name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorReports {
+    pub mirrors: BTreeMap<String, MirrorReport>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// The source cluster's id, once known. An LME lookup from another
+    /// cluster skips this mirror: its epochs are those of a different
+    /// source's log.
+    pub source_cluster_id: Option<String>,
+    /// By topic name.
+    pub topics: BTreeMap<String, TopicReport>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicReport {
+    /// The topic id, the source's (mirrors keep it). LME lookups name
+    /// topics by id.
+    pub topic_id: [u8; 16],
+    pub partitions: BTreeMap<i32, PartitionReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionReport {
+    /// The source's high watermark; -1 when unknown.
+    pub source_offset: i64,
+    /// Our log end offset; -1 when unknown.
+    pub destination_offset: i64,
+    /// -1 when unknown.
+    pub lag: i64,
+    /// The mirror partition state's name (`MIRRORING`, `STOPPED`, …).
+    pub state: String,
+    /// Retries so far in FAILED.
+    pub retry_attempt: i16,
+    /// Why the partition failed, in FAILED.
+    pub error_message: Option<String>,
+    /// The last source leader epoch mirrored; -1 when none.
+    pub last_mirror_epoch: i32,
+}
+
+impl Default for PartitionReport {
+    fn default() -> Self {
+        Self {
+            source_offset: -1,
+            destination_offset: -1,
+            lag: -1,
+            state: "UNKNOWN".into(),
+            retry_attempt: 0,
+            error_message: None,
+            last_mirror_epoch: -1,
+        }
+    }
+}
+
+impl MirrorReports {
+    /// The LME of every (topic id, partition) as `requesting_cluster_id`
+    /// may use it: the highest across the mirrors that hold the partition,
+    /// skipping mirrors whose known source is another cluster. A lookup
+    /// answers -1 for a partition missing here.
+    pub fn last_mirror_epochs(&self, requesting_cluster_id: Option<&str>) -> HashMap<([u8; 16], i32), i32> {
+        let mut epochs = HashMap::new();
+        let eligible =
+            self.mirrors
+                .values()
+                .filter(|m| match (requesting_cluster_id, m.source_cluster_id.as_deref()) {
+                    (Some(requester), Some(source)) => requester == source,
+                    _ => true,
+                });
+        for topic in eligible.flat_map(|m| m.topics.values()) {
+            for (&partition, report) in &topic.partitions {
+                let epoch = epochs.entry((topic.topic_id, partition)).or_insert(-1);
+                *epoch = report.last_mirror_epoch.max(*epoch);
+            }
+        }
+        epochs
+    }
+}
+
+/// The current reports, shared by every shard's connections.
+#[derive(Debug, Default)]
+pub struct MirrorReportsHandle {
+    current: RwLock<Arc<MirrorReports>>,
+}
+
+impl MirrorReportsHandle {
+    /// Replaces the reports (requests already answering keep theirs).
+    pub fn publish(&self, reports: Arc<MirrorReports>) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = reports;
+    }
+
+    pub fn current(&self) -> Arc<MirrorReports> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(id: u8, lmes: &[(i32, i32)]) -> TopicReport {
+        TopicReport {
+            topic_id: [id; 16],
+            partitions: lmes
+                .iter()
+                .map(|&(p, lme)| {
+                    let report = PartitionReport {
+                        last_mirror_epoch: lme,
+                        ..PartitionReport::default()
+                    };
+                    (p, report)
+                })
+                .collect(),
+        }
+    }
+
+    fn mirror(source: Option<&str>, topics: Vec<(&str, TopicReport)>) -> MirrorReport {
+        MirrorReport {
+            source_cluster_id: source.map(str::to_owned),
+            topics: topics.into_iter().map(|(name, t)| (name.to_owned(), t)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_highest_epoch_of_the_requesters_mirrors_wins() {
+        let reports = MirrorReports {
+            mirrors: BTreeMap::from([
+                (
+                    "from-a".into(),
+                    mirror(Some("A"), vec![("t", topic(1, &[(0, 7), (1, -1)]))]),
+                ),
+                ("old-from-a".into(), mirror(None, vec![("t", topic(1, &[(0, 9)]))])),
+                ("from-c".into(), mirror(Some("C"), vec![("t", topic(1, &[(0, 30)]))])),
+            ]),
+        };
+        let from_a = reports.last_mirror_epochs(Some("A"));
+        assert_eq!(from_a.get(&([1; 16], 0)), Some(&9));
+        assert_eq!(from_a.get(&([1; 16], 1)), Some(&-1));
+        assert_eq!(from_a.get(&([2; 16], 0)), None);
+        // Without a cluster id every mirror counts.
+        assert_eq!(reports.last_mirror_epochs(None).get(&([1; 16], 0)), Some(&30));
+    }
+
+    #[test]
+    fn readers_keep_their_snapshot_across_a_publish() {
+        let handle = MirrorReportsHandle::default();
+        let before = handle.current();
+        assert!(before.mirrors.is_empty());
+        let next = MirrorReports {
+            mirrors: BTreeMap::from([("m".into(), MirrorReport::default())]),
+        };
+        handle.publish(Arc::new(next.clone()));
+        assert!(before.mirrors.is_empty());
+        assert_eq!(*handle.current(), next);
+    }
+}

@@ -1,0 +1,632 @@
+//! `ringmirror mirror …` and `ringmirror status`: the operator's CLI over a
+//! running agent's admin API (see `ringmirror_control::http` for the
+//! routes).
+//!
+//! The client is ureq without TLS, blocking: one request per command (or per
+//! redraw with `status --watch`), so nothing here needs an async runtime.
+//! Answers print as aligned tables, or as the API's JSON with `--json`. A
+//! refused request prints the server's message and exits 1 (through `main`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use ringmirror_control::admin::{AdminAnswer, ErrorBody, MirrorDescription, MirrorSummary, PartitionView, TopicsBody};
+use ringmirror_control::mirror::MirrorConfig;
+use serde_json::Value;
+
+/// The environment variable naming the admin API's URL.
+pub const ADMIN_ENV: &str = "RINGMIRROR_ADMIN";
+
+/// Where the CLI finds the admin API.
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// The agent's admin API URL [default: $RINGMIRROR_ADMIN, else http://127.0.0.1:9644].
+    #[arg(long, global = true, value_name = "URL")]
+    pub admin: Option<String>,
+    /// Print the API's JSON answer instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MirrorCommand {
+    /// Create a mirror from flags, or from a TOML file in a `[[mirror]]` table's shape (flags override the file).
+    Create(Box<CreateArgs>),
+    /// List the mirrors with their partition counts per state.
+    List,
+    /// Show a mirror's definition, sync status and partitions.
+    Describe {
+        /// The mirror's name.
+        name: String,
+    },
+    /// Add topics to a mirror (by name).
+    AddTopics {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated.
+        #[arg(required = true, value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Remove topics from a mirror: their partitions stop being fetched (the data stays).
+    RemoveTopics {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated.
+        #[arg(required = true, value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Pause mirroring of the named topics (default: all of the mirror's topics).
+    Pause {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Resume paused topics (default: all).
+    Resume {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Fail over: stop mirroring the topics and make them writable (default: all).
+    Stop {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Restart FAILED partitions of the topics (default: all).
+    Restart {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Forget a mirror: its partitions stop being fetched and stay on disk, read-only.
+    Delete {
+        /// The mirror's name.
+        name: String,
+    },
+}
+
+/// `mirror create`: the mirror's definition. Every flag is a
+/// `MirrorConfig` field; unset ones take the file's value or the default.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The mirror's name (unique).
+    #[arg(required_unless_present = "file")]
+    pub name: Option<String>,
+    /// A TOML file holding the definition (the keys of a `[[mirror]]` table, at top level).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Source brokers, host:port, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present = "file",
+        value_name = "HOST:PORT"
+    )]
+    pub bootstrap_servers: Vec<String>,
+    /// Topics to mirror by name, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// Also mirror topics matching this regex (whole name).
+    #[arg(long, value_name = "REGEX")]
+    pub topics_include: Option<String>,
+    /// Never mirror topics matching this regex [default: __.*].
+    #[arg(long, value_name = "REGEX")]
+    pub topics_exclude: Option<String>,
+    /// `fetch.max.bytes` of each Fetch [default: 50 MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub fetch_max_bytes: Option<i32>,
+    /// `max.partition.fetch.bytes` [default: 1 MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub fetch_partition_max_bytes: Option<i32>,
+    /// `fetch.wait.max.ms` [default: 500].
+    #[arg(long, value_name = "MS")]
+    pub fetch_max_wait_ms: Option<u64>,
+    /// `fetch.min.bytes` [default: 1].
+    #[arg(long, value_name = "BYTES")]
+    pub fetch_min_bytes: Option<i32>,
+    /// How often the source's metadata is read [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub metadata_refresh_interval_ms: Option<u64>,
+    /// How record bytes reach the log [default: aligned_copy].
+    #[arg(long, value_parser = ["aligned_copy", "mmap"])]
+    pub ingest: Option<String>,
+}
+
+impl CreateArgs {
+    /// The definition: the file's table (if any) with the flags laid over
+    /// it, then MirrorConfig's own defaults, normalized and validated here
+    /// so that a typo fails before anything is sent.
+    fn config(&self) -> anyhow::Result<MirrorConfig> {
+        let mut table = match &self.file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+                toml::from_str::<toml::Table>(&text).with_context(|| format!("in {}", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        let mut set = |key: &str, value: Option<toml::Value>| {
+            if let Some(v) = value {
+                table.insert(key.into(), v);
+            }
+        };
+        let list = |v: &[String]| {
+            (!v.is_empty()).then(|| toml::Value::Array(v.iter().cloned().map(toml::Value::String).collect()))
+        };
+        set("name", self.name.clone().map(toml::Value::String));
+        set("bootstrap_servers", list(&self.bootstrap_servers));
+        set("topics", list(&self.topics));
+        set("topics_include", self.topics_include.clone().map(toml::Value::String));
+        set("topics_exclude", self.topics_exclude.clone().map(toml::Value::String));
+        set("fetch_max_bytes", self.fetch_max_bytes.map(|v| v.into()));
+        set(
+            "fetch_partition_max_bytes",
+            self.fetch_partition_max_bytes.map(|v| v.into()),
+        );
+        set("fetch_max_wait_ms", self.fetch_max_wait_ms.map(|v| (v as i64).into()));
+        set("fetch_min_bytes", self.fetch_min_bytes.map(|v| v.into()));
+        set(
+            "metadata_refresh_interval_ms",
+            self.metadata_refresh_interval_ms.map(|v| (v as i64).into()),
+        );
+        set("ingest", self.ingest.clone().map(toml::Value::String));
+        let origin = match &self.file {
+            Some(path) => format!("mirror definition ({})", path.display()),
+            None => "mirror definition".to_owned(),
+        };
+        let mut config: MirrorConfig = toml::Value::Table(table).try_into().context(origin)?;
+        config.normalize();
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// A blocking client of the admin API.
+pub struct AdminClient {
+    base: String,
+    http: ureq::Agent,
+}
+
+impl AdminClient {
+    /// `url`: the `--admin` flag; else `$RINGMIRROR_ADMIN`; else the
+    /// default address. A URL without a scheme is taken as `http://`.
+    pub fn new(url: Option<&str>) -> Self {
+        let url = url
+            .map(str::to_owned)
+            .or_else(|| std::env::var(ADMIN_ENV).ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| format!("http://{}", ringmirror_control::http::DEFAULT_ADDRESS));
+        let base = if url.contains("://") {
+            url
+        } else {
+            format!("http://{url}")
+        };
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            // The server gives the coordinator 30 s; leave room for that answer.
+            .timeout_global(Some(ringmirror_control::http::REPLY_TIMEOUT + Duration::from_secs(10)))
+            .build()
+            .into();
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            http,
+        }
+    }
+
+    /// One request; the JSON answer, or the server's message as the error.
+    pub fn request(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut request = ureq::http::Request::builder().method(method).uri(&url);
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = request
+            .body(body)
+            .with_context(|| format!("bad admin API URL {url:?}"))?;
+        let mut response = self
+            .http
+            .run(request)
+            .with_context(|| format!("cannot reach the admin API at {}", self.base))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .with_context(|| format!("reading the answer to {method} {url}"))?;
+        if status >= 400 {
+            match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(e) => bail!("{} (HTTP {status})", e.message),
+                Err(_) => bail!("HTTP {status} from {method} {url}: {}", text.trim()),
+            }
+        }
+        serde_json::from_str(&text).with_context(|| format!("the answer to {method} {url} is not JSON: {text}"))
+    }
+}
+
+/// Runs one `mirror` subcommand and returns what to print.
+pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String> {
+    let client = AdminClient::new(args.admin.as_deref());
+    let topics = |topics: Vec<String>| Some(serde_json::json!(TopicsBody { topics }));
+    let path = |name: &str, rest: &str| format!("/mirrors/{}{rest}", path_segment(name));
+    let (verb, answer) = match command {
+        MirrorCommand::Create(create) => {
+            let config = create.config()?;
+            (
+                "create",
+                client.request("POST", "/mirrors", Some(serde_json::json!(config)))?,
+            )
+        }
+        MirrorCommand::List => ("list", client.request("GET", "/mirrors", None)?),
+        MirrorCommand::Describe { name } => ("describe", client.request("GET", &path(&name, ""), None)?),
+        MirrorCommand::Delete { name } => ("delete", client.request("DELETE", &path(&name, ""), None)?),
+        MirrorCommand::AddTopics { name, topics: t } => (
+            "add-topics",
+            client.request("POST", &path(&name, "/topics"), topics(t))?,
+        ),
+        MirrorCommand::RemoveTopics { name, topics: t } => (
+            "remove-topics",
+            client.request("DELETE", &path(&name, "/topics"), topics(t))?,
+        ),
+        MirrorCommand::Pause { name, topics: t } => {
+            ("pause", client.request("POST", &path(&name, "/pause"), topics(t))?)
+        }
+        MirrorCommand::Resume { name, topics: t } => {
+            ("resume", client.request("POST", &path(&name, "/resume"), topics(t))?)
+        }
+        MirrorCommand::Stop { name, topics: t } => ("stop", client.request("POST", &path(&name, "/stop"), topics(t))?),
+        MirrorCommand::Restart { name, topics: t } => {
+            ("restart", client.request("POST", &path(&name, "/restart"), topics(t))?)
+        }
+    };
+    if args.json {
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&answer)?));
+    }
+    render(verb, answer)
+}
+
+/// `ringmirror status`: the partitions table once, or redrawn every
+/// interval until Ctrl-C with `watch`.
+pub fn status(args: &AdminArgs, watch: bool, interval: Duration) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let client = AdminClient::new(args.admin.as_deref());
+    let screen = |answer: anyhow::Result<Value>| -> anyhow::Result<String> {
+        let answer = answer?;
+        if args.json {
+            // One JSON document per line while watching, so it can be piped.
+            return Ok(if watch {
+                format!("{answer}\n")
+            } else {
+                format!("{}\n", serde_json::to_string_pretty(&answer)?)
+            });
+        }
+        render("status", answer)
+    };
+    if !watch {
+        print!("{}", screen(client.request("GET", "/status", None))?);
+        return Ok(());
+    }
+    // Ctrl-C ends the watch between redraws, leaving the last table on screen.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let mut out = std::io::stdout().lock();
+    while !interrupted.load(Ordering::Acquire) {
+        let drawn = screen(client.request("GET", "/status", None));
+        if args.json {
+            // An unreachable agent is worth a line on stderr, not the end of the watch.
+            match drawn {
+                Ok(line) => out.write_all(line.as_bytes())?,
+                Err(e) => eprintln!("error: {e:#}"),
+            }
+        } else {
+            let body = drawn.unwrap_or_else(|e| format!("error: {e:#}\n"));
+            let heading = format!(
+                "ringmirror status  {}  every {} ms  {}  (Ctrl-C to stop)\n\n",
+                client.base,
+                interval.as_millis(),
+                utc_time(now_ms())
+            );
+            // Home the cursor and clear the screen, then draw.
+            write!(out, "\x1b[H\x1b[2J{heading}{body}")?;
+        }
+        out.flush()?;
+        let until = std::time::Instant::now() + interval;
+        while std::time::Instant::now() < until && !interrupted.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(50).min(interval));
+        }
+    }
+    Ok(())
+}
+
+/// The human rendering of an answer.
+fn render(verb: &str, answer: Value) -> anyhow::Result<String> {
+    let answer: AdminAnswer = serde_json::from_value(answer.clone())
+        .with_context(|| format!("unexpected answer from the admin API: {answer}"))?;
+    Ok(match answer {
+        AdminAnswer::Accepted { mirror, partitions } => {
+            let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            for p in partitions {
+                by_topic.entry(p.topic).or_default().push(p.partition);
+            }
+            let count: usize = by_topic.values().map(Vec::len).sum();
+            let mut out = format!("{verb} {mirror}: accepted ({count} partitions)\n");
+            for (topic, mut ps) in by_topic {
+                ps.sort_unstable();
+                let ps: Vec<String> = ps.iter().map(i32::to_string).collect();
+                let _ = writeln!(out, "  {topic}: {}", ps.join(", "));
+            }
+            out
+        }
+        AdminAnswer::Mirrors { mirrors } => mirrors_table(&mirrors),
+        AdminAnswer::Mirror { mirror } => describe(&mirror),
+        AdminAnswer::Status { partitions } => partitions_table(partitions),
+        AdminAnswer::Metrics { .. } => bail!("unexpected metrics answer to {verb}"),
+    })
+}
+
+fn mirrors_table(mirrors: &[MirrorSummary]) -> String {
+    let rows = mirrors
+        .iter()
+        .map(|m| {
+            let states: Vec<String> = m.states.iter().map(|(s, n)| format!("{s}={n}")).collect();
+            vec![
+                m.name.clone(),
+                m.bootstrap_servers.join(","),
+                m.source_cluster_id.clone().unwrap_or_else(|| "-".into()),
+                m.partitions.to_string(),
+                states.join(" "),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", false),
+            ("BOOTSTRAP-SERVERS", false),
+            ("SOURCE-CLUSTER", false),
+            ("PARTITIONS", true),
+            ("STATES", false),
+        ],
+        rows,
+    )
+}
+
+fn describe(d: &MirrorDescription) -> String {
+    let c = &d.config;
+    let or_dash = |v: Option<&str>| v.unwrap_or("-").to_owned();
+    let fields = [
+        ("name", c.name.clone()),
+        ("bootstrap servers", c.bootstrap_servers.join(", ")),
+        ("source cluster id", or_dash(d.source_cluster_id.as_deref())),
+        ("created", utc_time(d.created_ms)),
+        ("topics (named)", c.topics.join(", ")),
+        ("topics include", or_dash(c.topics_include.as_deref())),
+        ("topics exclude", c.topics_exclude.clone()),
+        ("topics mirrored", d.topics.join(", ")),
+        (
+            "fetch",
+            format!(
+                "max_bytes={} partition_max_bytes={} max_wait_ms={} min_bytes={}",
+                c.fetch_max_bytes, c.fetch_partition_max_bytes, c.fetch_max_wait_ms, c.fetch_min_bytes
+            ),
+        ),
+        (
+            "metadata refresh",
+            format!("every {} ms", c.metadata_refresh_interval_ms),
+        ),
+        (
+            "ingest",
+            serde_json::json!(c.ingest).as_str().unwrap_or_default().to_owned(),
+        ),
+        (
+            "last sync",
+            d.last_sync_ms.map(utc_time).unwrap_or_else(|| "never".into()),
+        ),
+        ("sync error", or_dash(d.sync_error.as_deref())),
+    ];
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (key, value) in fields {
+        let _ = writeln!(out, "{:<width$} {value}", format!("{key}:"));
+    }
+    out.push('\n');
+    out.push_str(&partitions_table(d.partitions.clone()));
+    out
+}
+
+/// The status table, sorted, with each partition's error (if any) below.
+fn partitions_table(mut partitions: Vec<PartitionView>) -> String {
+    partitions.sort_by(|a, b| (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition)));
+    let offset = |o: i64| if o < 0 { "-".to_owned() } else { o.to_string() };
+    let rows = partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.mirror.clone(),
+                p.topic.clone(),
+                p.partition.to_string(),
+                p.state.clone(),
+                offset(p.source_offset),
+                offset(p.destination_offset),
+                p.lag_messages.to_string(),
+                format!("{:.1}", p.lag_seconds),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            ("MIRROR", false),
+            ("TOPIC", false),
+            ("PARTITION", true),
+            ("STATE", false),
+            ("SOURCE-OFFSET", true),
+            ("DEST-OFFSET", true),
+            ("LAG", true),
+            ("LAG-S", true),
+        ],
+        rows,
+    );
+    for p in partitions.iter().filter(|p| p.error.is_some()) {
+        let _ = writeln!(
+            out,
+            "{}/{}-{}: {}",
+            p.mirror,
+            p.topic,
+            p.partition,
+            p.error.as_deref().unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// Columns aligned to their widest cell (`true`: right-aligned, for
+/// numbers), two spaces apart, no trailing spaces.
+fn table(headers: &[(&str, bool)], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|(h, _)| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let header: Vec<String> = headers.iter().map(|(h, _)| h.to_string()).collect();
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for ((cell, width), (_, right)) in row.iter().zip(&widths).zip(headers) {
+            if !line.is_empty() {
+                line.push_str("  ");
+            }
+            let pad = width - cell.chars().count();
+            if *right {
+                line.extend(std::iter::repeat_n(' ', pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Percent-encodes a path segment (mirror names are plain, but a typo
+/// should reach the server as the name typed, not as another path).
+fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` (days to a civil date by Howard Hinnant's
+/// algorithm; not worth a date crate for two fields).
+fn utc_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_dates_format() {
+        let t = table(
+            &[("NAME", false), ("N", true)],
+            vec![vec!["a".into(), "1".into()], vec!["longer".into(), "100".into()]],
+        );
+        assert_eq!(t, "NAME      N\na         1\nlonger  100\n");
+        assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_time(1_709_210_096_000), "2024-02-29 12:34:56 UTC");
+        assert_eq!(path_segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn create_flags_override_the_file_and_defaults_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.toml");
+        std::fs::write(
+            &file,
+            "name = \"dr\"\nbootstrap_servers = [\"f:1\"]\ntopics = [\"a\"]\n",
+        )
+        .unwrap();
+        let args = CreateArgs {
+            name: None,
+            file: Some(file),
+            bootstrap_servers: vec!["x:1".into(), "y:2".into()],
+            topics: vec![],
+            topics_include: None,
+            topics_exclude: None,
+            fetch_max_bytes: Some(1024),
+            fetch_partition_max_bytes: None,
+            fetch_max_wait_ms: Some(100),
+            fetch_min_bytes: None,
+            metadata_refresh_interval_ms: None,
+            ingest: Some("mmap".into()),
+        };
+        let c = args.config().unwrap();
+        assert_eq!(
+            (c.name.as_str(), c.topics.as_slice()),
+            ("dr", ["a".to_owned()].as_slice())
+        );
+        assert_eq!(c.bootstrap_servers, ["x:1", "y:2"]);
+        assert_eq!(
+            (c.fetch_max_bytes, c.fetch_max_wait_ms, c.fetch_min_bytes),
+            (1024, 100, 1)
+        );
+        assert_eq!(c.ingest, ringmirror_dataplane::fetch::IngestMode::Mmap);
+        let bad = CreateArgs {
+            topics_include: None,
+            file: None,
+            name: Some("dr".into()),
+            ..args
+        };
+        // No topics at all: refused before anything is sent.
+        assert!(format!("{:#}", bad.config().unwrap_err()).contains("names no topics"));
+    }
+}
