@@ -578,7 +578,7 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             s.log_end_offset = log_end_offset;
             s.stopped = None;
         }
-        ShardEvent::Checkpoint { .. } | ShardEvent::EpochBumpDue { .. } => {}
+        ShardEvent::Checkpoint { .. } | ShardEvent::EpochBumpDue { .. } | ShardEvent::FetchStats { .. } => {}
         ShardEvent::BadBatch {
             mirror,
             tp,

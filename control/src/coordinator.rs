@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
-use ringmirror_dataplane::fetch::{PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata};
+use ringmirror_dataplane::failpoint::crash_point;
+use ringmirror_dataplane::fetch::{
+    FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
+};
 use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
@@ -36,6 +39,8 @@ use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
 
+/// The fetch latency quantiles `/metrics` reports.
+const LATENCY_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
 /// How often the loop wakes without a call or an event (stop flag, timers).
 const TICK: Duration = Duration::from_millis(50);
 /// Retry backoff after a failed metadata round, doubling up to the refresh interval.
@@ -135,6 +140,8 @@ struct Mirror {
     to_prepare: Vec<PartitionStateKey>,
     /// Source topics the last round saw covered.
     topics: BTreeSet<String>,
+    /// Every shard's fetch statistics for this mirror, since start.
+    fetch_stats: FetchStats,
 }
 
 /// What the shards' events say about a partition (not persisted).
@@ -199,6 +206,7 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
         halted: false,
         to_prepare: Vec::new(),
         topics: BTreeSet::new(),
+        fetch_stats: FetchStats::default(),
     })
 }
 
@@ -886,6 +894,7 @@ impl Core {
                 p.placed = false;
                 p.live.destination_offset = log_end_offset;
                 if p.record.state == State::Stopping {
+                    crash_point("stop:ended");
                     self.set_state_logged(&key, State::Stopped, |r| {
                         r.last_mirror_epoch = last_mirror_epoch;
                         r.destination_leader_epoch = r.destination_leader_epoch.max(leader_epoch);
@@ -903,6 +912,11 @@ impl Core {
                     self.fail(&key, error);
                 } else {
                     tracing::warn!(mirror, %tp, %state, error, "shard command failed");
+                }
+            }
+            ShardEvent::FetchStats { mirror, stats } => {
+                if let Some(m) = self.mirrors.get_mut(&mirror) {
+                    m.fetch_stats.merge(&stats);
                 }
             }
             ShardEvent::Checkpoint { .. } => {}
@@ -1149,6 +1163,7 @@ impl Core {
                 Change::Stop => {
                     let placed = self.partitions[&key].placed;
                     self.set_state(&key, State::Stopping, |_| {})?;
+                    crash_point("stop:stopping-written");
                     if placed {
                         self.send(
                             &key,
@@ -1293,9 +1308,9 @@ impl Core {
                 .iter()
                 .map(|(name, m)| MirrorMetrics {
                     mirror: name.clone(),
-                    fetch_errors: BTreeMap::new(),
-                    fetch_latency_us: Vec::new(),
-                    fetches: 0,
+                    fetch_errors: m.fetch_stats.errors.clone(),
+                    fetch_latency_us: m.fetch_stats.latency_quantiles_us(&LATENCY_QUANTILES),
+                    fetches: m.fetch_stats.fetches,
                     sync_halted: m.halted,
                 })
                 .collect(),

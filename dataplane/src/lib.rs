@@ -6,12 +6,14 @@
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`serve`] is the Kafka-protocol listener clients read the logs through.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
+//! * [`failpoint`] kills the process at named points, for crash tests.
 //!
 //! This crate never imports the control plane; the control plane drives it
 //! through the types exported here.
 
 pub mod batch;
 pub mod client;
+pub mod failpoint;
 pub mod fetch;
 pub mod lazy_alloc;
 pub mod log;

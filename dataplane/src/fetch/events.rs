@@ -3,6 +3,8 @@
 
 use crate::log::TopicPartition;
 
+use super::stats::FetchStats;
+
 /// Why a partition stopped appending until told to go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopReason {
@@ -89,6 +91,8 @@ pub enum ShardEvent {
         offset: i64,
         error: String,
     },
+    /// What a mirror's fetchers on one shard measured since the last report.
+    FetchStats { mirror: String, stats: Box<FetchStats> },
     /// A partition's recovery point (everything below is on disk) or log
     /// start moved: what the data directory's checkpoint files record.
     Checkpoint {

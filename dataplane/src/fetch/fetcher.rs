@@ -31,6 +31,7 @@ use super::control::{Directive, Directives};
 use super::events::{ShardEvent, StopReason};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
+use super::stats::FetchStats;
 use super::supervisor::{MirrorSettings, now_ms};
 
 /// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
@@ -153,6 +154,8 @@ pub(crate) struct Fetcher {
     pub directives: Directives,
     /// Announces appends to long-polling readers on any shard.
     pub appended: Arc<Event>,
+    /// Shared by the mirror's fetchers on this shard; drained by the supervisor.
+    pub stats: Rc<RefCell<FetchStats>>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -465,6 +468,7 @@ impl Fetcher {
             version = version.min(FETCH_VERSION_TOPIC_IDS - 1);
         }
         let request = self.build_request(version, partitions, session);
+        let sent_at = std::time::Instant::now();
         let correlation_id = c.send(&request, version).await?;
         let frame_len = c.read_frame_len().await?;
         let decode = |reason: String| ClientError::Decode {
@@ -497,6 +501,7 @@ impl Fetcher {
                         });
                     }
                     if h.error_code != error_codes::NONE {
+                        self.stats.borrow_mut().record_error(h.error_code);
                         // Session errors included: the reconnect starts afresh.
                         return Err(ClientError::ErrorCode {
                             addr: self.addr.clone(),
@@ -537,7 +542,10 @@ impl Fetcher {
                         self.on_partition_end(&reader, &mut partitions[i], i, &mut after);
                     }
                 }
-                FetchStep::Done => return Ok(after),
+                FetchStep::Done => {
+                    self.stats.borrow_mut().record_fetch(sent_at.elapsed());
+                    return Ok(after);
+                }
             }
         }
     }
@@ -751,6 +759,9 @@ impl Fetcher {
         after: &mut AfterResponse,
     ) {
         let fields = reader.partition();
+        if fields.error_code != error_codes::NONE {
+            self.stats.borrow_mut().record_error(fields.error_code);
+        }
         match fields.error_code {
             error_codes::NONE => {
                 p.high_watermark = fields.high_watermark;

@@ -15,6 +15,7 @@ mod fetcher;
 mod ingest;
 mod metadata;
 mod partition;
+mod stats;
 mod supervisor;
 
 pub use control::{MirrorCommand, MirrorInbox};
@@ -22,4 +23,5 @@ pub use events::{ShardEvent, StopReason};
 pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
 pub use partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition, PartitionKey, shard_for, stable_hash};
+pub use stats::FetchStats;
 pub use supervisor::{MirrorSettings, mirror_ended, run_mirror};

@@ -20,6 +20,7 @@ use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
 use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
+use super::stats::FetchStats;
 
 /// The event for a partition whose mirroring just ended at `leader_epoch`.
 pub fn mirror_ended(
@@ -51,6 +52,9 @@ pub fn mirror_ended(
         aborted_transactions: ended.aborted_transactions,
     }
 }
+
+/// How often fetch statistics go to the control plane.
+const STATS_INTERVAL_MS: u64 = 1000;
 
 /// How often an idle supervisor looks for commands and returned partitions.
 const IDLE_POLL_MS: u64 = 20;
@@ -135,6 +139,9 @@ struct Supervisor {
     registry: Rc<Registry>,
     /// The source's cluster id, from its metadata (for MIRROR_PID_RESET).
     source_cluster_id: Option<String>,
+    /// The fetchers' statistics since they were last reported.
+    stats: Rc<RefCell<FetchStats>>,
+    last_stats_ms: u64,
 }
 
 /// Runs one mirror's partitions on this shard until a [`MirrorCommand::Stop`]
@@ -165,6 +172,8 @@ pub async fn run_mirror(
         appended: Arc::clone(registry.appended()),
         registry,
         source_cluster_id: None,
+        stats: Rc::default(),
+        last_stats_ms: 0,
     };
     let mut meta_conn: Option<Connection> = None;
     let mut last_refresh_ms = 0u64;
@@ -197,11 +206,12 @@ pub async fn run_mirror(
             }
         }
         s.place_due();
+        s.report_stats();
         let next_due = s.pending.iter().map(|p| p.retry_at_ms).min();
         let until_refresh = (last_refresh_ms + s.settings.metadata_refresh_ms).saturating_sub(now_ms());
         let sleep_ms = next_due
             .map_or(until_refresh, |d| d.saturating_sub(now_ms()).min(until_refresh))
-            .max(10);
+            .clamp(10, STATS_INTERVAL_MS);
         s.wait(&inbox, Duration::from_millis(sleep_ms)).await;
     }
 }
@@ -394,12 +404,27 @@ impl Supervisor {
                         stop: Rc::clone(&self.stop),
                         directives: Rc::clone(&self.directives),
                         appended: Arc::clone(&self.appended),
+                        stats: Rc::clone(&self.stats),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);
                 }
             }
         }
+    }
+
+    /// Hands the fetchers' statistics to the control plane once an interval.
+    fn report_stats(&mut self) {
+        let now = now_ms();
+        if now.saturating_sub(self.last_stats_ms) < STATS_INTERVAL_MS || self.stats.borrow().is_empty() {
+            return;
+        }
+        self.last_stats_ms = now;
+        let stats = std::mem::take(&mut *self.stats.borrow_mut());
+        self.event(ShardEvent::FetchStats {
+            mirror: self.settings.name.clone(),
+            stats: Box::new(stats),
+        });
     }
 
     async fn collect_on_stop(self) -> Vec<MirrorPartition> {

@@ -50,7 +50,9 @@ impl PartitionLog {
                 timestamp,
             );
             self.append(&marker.build(), now_ms)?;
+            crate::failpoint::crash_point("end-mirroring:abort-written");
         }
+        crate::failpoint::crash_point("end-mirroring:aborts-written");
         let wrote_pid_reset = !self.ends_with_pid_reset()?;
         if wrote_pid_reset {
             let reset = BatchBuilder::control_marker(
@@ -63,6 +65,7 @@ impl PartitionLog {
                 timestamp,
             );
             self.append(&reset.build(), now_ms)?;
+            crate::failpoint::crash_point("end-mirroring:pid-reset-written");
         }
         self.flush(now_ms)?;
         Ok(EndedMirroring {

@@ -181,6 +181,7 @@ impl Registry {
         let served = self.get(tp).ok_or("not open on this shard")?;
         let dir = self.log_dir.partition_dir(tp);
         write_marker(&dir, ENDING_MIRROR_MARKER, source_cluster_id)?;
+        crate::failpoint::crash_point("end-mirroring:started");
         let mut log = served.log.try_borrow_mut().map_err(|_| "the log is busy")?;
         let latest = log.epoch_cache().latest().map_or(0, |e| e.epoch);
         let epoch = served.leader_epoch.get().max(latest) + 1;
@@ -190,6 +191,7 @@ impl Registry {
         drop(log);
         served.observe_epoch(epoch);
         write_marker(&dir, LOCAL_TOPIC_MARKER, "")?;
+        crate::failpoint::crash_point("end-mirroring:writable");
         let _ = std::fs::remove_file(dir.join(ENDING_MIRROR_MARKER));
         self.register(
             tp.clone(),
