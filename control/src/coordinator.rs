@@ -1127,7 +1127,7 @@ impl Core {
             let applicable: Vec<&PartitionStateKey> = keys
                 .iter()
                 .zip(&states)
-                .filter(|(_, s)| change.applies_to(**s))
+                .filter(|(k, s)| change.applies_to(**s, self.partitions[*k].placed))
                 .map(|(k, _)| k)
                 .collect();
             if applicable.is_empty() && !topics.is_empty() {
@@ -1327,9 +1327,14 @@ enum Change {
 }
 
 impl Change {
-    fn applies_to(self, state: State) -> bool {
+    /// Whether a partition in `state` (on its shard or not) takes the change.
+    fn applies_to(self, state: State, placed: bool) -> bool {
         match self {
-            Self::Pause => matches!(state, State::Preparing | State::Mirroring | State::EpochFencing),
+            // A partition still waiting for its last mirror epoch is not on
+            // a shard yet: it is paused once it is.
+            Self::Pause => {
+                matches!(state, State::Mirroring | State::EpochFencing) || (state == State::Preparing && placed)
+            }
             Self::Resume => state == State::Paused,
             Self::Stop => state.can_move_to(State::Stopping),
             Self::Restart => state == State::Failed,
@@ -1340,8 +1345,12 @@ impl Change {
     fn refusal(self, mirror: &str, topic: &str, states: &[State]) -> AdminError {
         let (mirror, topic) = (mirror.to_owned(), topic.to_owned());
         let stopping = states.iter().any(|s| matches!(s, State::Stopping | State::Stopped));
+        let preparing = states.contains(&State::Preparing);
         match self {
             _ if stopping => AdminError::BeingStopped { mirror, topic },
+            Self::Pause if preparing => AdminError::InvalidTransition(format!(
+                "{mirror:?}: {topic:?} is still PREPARING; pause it once it is mirroring"
+            )),
             Self::Pause => AdminError::AlreadyPaused { mirror, topic },
             Self::Resume => AdminError::NotPaused { mirror, topic },
             Self::Restart => AdminError::NotFailed { mirror, topic },
