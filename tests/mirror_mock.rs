@@ -282,6 +282,56 @@ fn pause_resume_and_remove_commands_take_effect() {
     );
 }
 
+/// A topic deleted at the source (the mock answers its metadata with
+/// UNKNOWN_TOPIC_OR_PARTITION) moves to STOPPED within a metadata round:
+/// its data stays, and it is a writable local topic now; the other topic
+/// goes on mirroring.
+#[test]
+fn a_topic_deleted_at_the_source_is_stopped_and_kept() {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("doomed", 1, 1).expect("create topic");
+    cluster.create_topic("kept", 1, 1).expect("create topic");
+    produce(&bootstrap, "doomed", 1, 100, "none", 0);
+    produce(&bootstrap, "kept", 1, 100, "none", 0);
+    let tps = partitions(&[("doomed", 1), ("kept", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(config(dir.path(), &bootstrap, &["doomed", "kept"])).expect("start agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    let before = mirrored_batches(dir.path(), &tps[0]);
+
+    cluster
+        .topic_error(
+            "doomed",
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        )
+        .unwrap();
+    let states = || match agent.admin(AdminRequest::Status).unwrap() {
+        AdminAnswer::Status { partitions } => partitions
+            .into_iter()
+            .map(|p| (p.topic, p.state))
+            .collect::<BTreeMap<_, _>>(),
+        other => panic!("{other:?}"),
+    };
+    let started = Instant::now();
+    while states()["doomed"] != "STOPPED" {
+        assert!(started.elapsed() < MIRROR_DEADLINE, "not stopped: {:?}", states());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(states()["kept"], "MIRRORING");
+    produce(&bootstrap, "kept", 1, 50, "none", 1000);
+    wait_mirrored(
+        &agent,
+        &BTreeMap::from([(tps[1].clone(), source_ends(&bootstrap, &tps[1..])[&tps[1]])]),
+    );
+    agent.stop().expect("clean stop");
+    // Everything mirrored is still there, followed by the closing marker.
+    let after = mirrored_batches(dir.path(), &tps[0]);
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(after.len(), before.len() + 1, "one MIRROR_PID_RESET after the data");
+}
+
 #[test]
 fn recovery_points_are_checkpointed_while_running() {
     let cluster = MockCluster::new(1).expect("mock cluster");

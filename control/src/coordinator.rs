@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
+use ringmirror_dataplane::client::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
 use ringmirror_dataplane::failpoint::crash_point;
@@ -692,6 +693,7 @@ impl Core {
             // The periodic trigger.
             self.bump_epoch(&key, sle, false);
         }
+        self.stop_gone_topics(name, metadata);
         let mut added = 0;
         for (key, tp, sle) in found {
             if let Some(other) = self.by_tp.get(&(name.to_owned(), tp.clone())) {
@@ -734,6 +736,60 @@ impl Core {
             tracing::info!(mirror = name, added, "new partitions to mirror");
             self.reports_dirty = true;
         }
+    }
+
+    /// Partitions whose source topic was deleted (or recreated: another
+    /// topic id) or that the mirror's exclude pattern now covers stop
+    /// mirroring (failover, STOPPED): their data stays, writable.
+    fn stop_gone_topics(&mut self, name: &str, metadata: &SourceMetadata) {
+        let m = &self.mirrors[name];
+        let gone: Vec<(PartitionStateKey, &'static str)> = self
+            .partitions
+            .iter()
+            .filter(|(k, p)| k.mirror == name && p.record.state.can_move_to(State::Stopping))
+            .filter_map(|(k, p)| {
+                let topic = &p.tp.topic;
+                let reason = match metadata.topics.get(topic) {
+                    _ if !m.selection.wants(topic) => "excluded by the mirror",
+                    Some((id, _)) if *id != k.topic_id && *id != [0; 16] => "recreated at the source",
+                    Some(_) => return None,
+                    None if metadata.topic_errors.get(topic) == Some(&UNKNOWN_TOPIC_OR_PARTITION) => {
+                        "deleted at the source"
+                    }
+                    None if metadata.all_topics && !metadata.topic_errors.contains_key(topic) => {
+                        "deleted at the source"
+                    }
+                    None => return None,
+                };
+                Some((k.clone(), reason))
+            })
+            .collect();
+        for (key, reason) in gone {
+            tracing::warn!(mirror = name, partition = key.partition, topic = %self.partitions[&key].tp.topic, reason, "stopping the partition (its data stays, writable)");
+            if let Err(e) = self.stop_partition(&key) {
+                tracing::error!(mirror = name, partition = key.partition, error = %e, "cannot stop the partition");
+            }
+        }
+    }
+
+    /// STOPPING: the shard ends mirroring (markers, writable) and reports it.
+    fn stop_partition(&mut self, key: &PartitionStateKey) -> Result<(), AdminError> {
+        let p = &self.partitions[key];
+        let (placed, tp) = (p.placed, p.tp.clone());
+        self.set_state(key, State::Stopping, |_| {})?;
+        crash_point("stop:stopping-written");
+        if placed {
+            self.send(
+                key,
+                ShardCommand::EndMirroring {
+                    mirror: key.mirror.clone(),
+                    tp,
+                },
+            );
+        } else {
+            self.end_unplaced(key);
+        }
+        Ok(())
     }
 
     /// PREPARING: asks each mirror's source for the last mirror epochs of
@@ -1160,22 +1216,7 @@ impl Core {
                         },
                     );
                 }
-                Change::Stop => {
-                    let placed = self.partitions[&key].placed;
-                    self.set_state(&key, State::Stopping, |_| {})?;
-                    crash_point("stop:stopping-written");
-                    if placed {
-                        self.send(
-                            &key,
-                            ShardCommand::EndMirroring {
-                                mirror: name.into(),
-                                tp: tp.clone(),
-                            },
-                        );
-                    } else {
-                        self.end_unplaced(&key);
-                    }
-                }
+                Change::Stop => self.stop_partition(&key)?,
                 Change::Restart => self.restart_partition(&key, false),
             }
             moved.push(TopicPartitionName {

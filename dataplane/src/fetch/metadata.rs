@@ -27,6 +27,12 @@ pub struct SourceMetadata {
     pub partitions: HashMap<TopicPartition, SourcePartition>,
     /// Topic → (topic id, partition count), for discovery.
     pub topics: HashMap<String, ([u8; 16], i32)>,
+    /// Topics answered with an error instead (such as 3,
+    /// UNKNOWN_TOPIC_OR_PARTITION: the source has no such topic).
+    pub topic_errors: HashMap<String, i16>,
+    /// Whether every topic was asked for (a topic missing from the answer
+    /// is then not at the source).
+    pub all_topics: bool,
 }
 
 /// Asks for metadata of `topics` (all topics when `None`).
@@ -55,6 +61,7 @@ pub async fn fetch_source_metadata(
             .iter()
             .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
             .collect(),
+        all_topics: topics.is_none(),
         ..SourceMetadata::default()
     };
     for topic in response.topics {
@@ -63,6 +70,7 @@ pub async fn fetch_source_metadata(
         let topic_id = *topic.topic_id.as_bytes();
         if topic.error_code != 0 {
             tracing::debug!(topic = name, code = topic.error_code, "source topic metadata error");
+            out.topic_errors.insert(name, topic.error_code);
             continue;
         }
         out.topics
