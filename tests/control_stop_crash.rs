@@ -14,10 +14,15 @@
 //! ABORT per open transaction and then exactly one MIRROR_PID_RESET, at a
 //! leader epoch above every mirrored batch — and the topic takes writes.
 //!
-//! A stop covers several partitions and a crash can come before the
-//! coordinator recorded STOPPING for all of them: the request got no answer
-//! then, and the operator sends it again — these tests do the same when a
-//! partition is still MIRRORING after the restart (and say so).
+//! A stop covers several partitions: the coordinator records STOPPING for
+//! all of them before acting on any, so one request is always finished
+//! whole. And a stop finished after a crash leaves what an uninterrupted
+//! one does ([`same_as_uninterrupted`]: the markers above the destination
+//! leader epoch clients were told, Metadata never going back, the last
+//! mirror epoch the source's, the reset naming the source cluster).
+//!
+//! `RINGMIRROR_TEST_KEEP_DIR=1` keeps each test's directory (agent logs,
+//! data) and prints where it is.
 
 mod common;
 #[allow(dead_code)]
@@ -29,6 +34,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -156,14 +164,43 @@ fn crash_while_stopping(point: Point) {
         .collect();
 
     let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().join("data");
-    let config = write_config(dir.path(), &data_dir, &source);
+    let dir_path = dir.path().to_path_buf();
+    // Removed at the end, unless kept.
+    let _dir = match std::env::var_os("RINGMIRROR_TEST_KEEP_DIR") {
+        Some(_) => {
+            eprintln!("{point:?}: keeping {}", dir_path.display());
+            let _ = dir.keep();
+            None
+        }
+        None => Some(dir),
+    };
+    let dir = dir_path.as_path();
+    let data_dir = dir.join("data");
+    let config = write_config(dir, &data_dir, &source);
 
     // 1: mirror everything, then stop with the crash point armed.
-    let mut agent = AgentProcess::start(&config, dir.path().join("agent-1.log"), Some(point.name()));
+    let mut agent = AgentProcess::start(&config, dir.join("agent-1.log"), Some(point.name()));
     let admin = agent.admin();
-    wait_mirrored(&mut agent, &admin, &sources);
+    let mirroring = wait_mirrored(&mut agent, &admin, &sources);
     let cluster_id = source_cluster_id(&admin);
+    // The leader epoch clients were told while mirroring.
+    let told = metadata_leader_epochs(&agent.listener());
+    for (tp, view) in &mirroring {
+        assert_eq!(
+            told[tp], view.destination_leader_epoch,
+            "{point:?} {tp}: Metadata and /status disagree on the destination leader epoch"
+        );
+        assert!(
+            view.destination_leader_epoch
+                > sources[tp]
+                    .batches
+                    .iter()
+                    .map(|(_, b)| batch_view(b).partition_leader_epoch())
+                    .max()
+                    .unwrap_or(-1),
+            "{point:?} {tp}: the destination leader epoch is not above the mirrored batches'"
+        );
+    }
     let answer = admin.request("POST", &format!("/mirrors/{MIRROR}/stop"), None);
     if point == Point::StoppingWritten {
         // The crash comes inside the request, before its answer.
@@ -174,25 +211,35 @@ fn crash_while_stopping(point: Point) {
     assert_crashed_where_expected(point, &at_crash, &open, &crash_log);
 
     // 2: restarted without the crash point: the stop is finished.
-    let mut agent = AgentProcess::start(&config, dir.path().join("agent-2.log"), None);
+    let mut agent = AgentProcess::start(&config, dir.join("agent-2.log"), None);
     let admin = agent.admin();
-    let (stopped, retried) = wait_stopped(&mut agent, &admin);
+    let stopped = wait_stopped(&mut agent, &admin);
     let listener = agent.listener();
+    let told_after = metadata_leader_epochs(&listener);
     mock_source::produce(&listener, TOPIC, PARTITIONS, LOCAL_RECORDS, "none", 9000)
         .unwrap_or_else(|e| panic!("{point:?}: produce after the restart: {e}; agent log:\n{}", agent.log()));
     let restart_log = agent.terminate();
 
     // 3: the logs on disk.
     let ours = common::mirrored_partition_logs(&data_dir, &tps);
+    let mut problems = Vec::new();
     for tp in &tps {
         let markers = assert_stopped_log(
             tp,
             &sources[tp],
             &ours[tp].batches,
             &open[tp],
-            &cluster_id,
             LOCAL_RECORDS / PARTITIONS as u64,
         );
+        problems.extend(same_as_uninterrupted(
+            tp,
+            &sources[tp],
+            &markers,
+            &cluster_id,
+            &mirroring[tp],
+            &stopped[tp],
+            (told[tp], told_after[tp]),
+        ));
         let view = &stopped[tp];
         assert!(
             view.destination_leader_epoch >= markers.epoch,
@@ -216,14 +263,15 @@ fn crash_while_stopping(point: Point) {
             "{point:?}: the restarted agent logged {needle:?}:\n{restart_log}"
         );
     }
+    if !problems.is_empty() {
+        let problems = problems.join("\n  ");
+        panic!(
+            "{point:?}: not what an uninterrupted stop leaves:\n  {problems}\ncrash log:\n{crash_log}\nrestart log:\n{restart_log}"
+        );
+    }
     eprintln!(
-        "{point:?}: crashed with {}; finished after the restart{}; {:.1} s",
+        "{point:?}: crashed with {}; finished after the restart; {:.1} s",
         describe_at_crash(&at_crash),
-        if retried.is_empty() {
-            String::new()
-        } else {
-            format!(" (stop sent again for {retried:?}, still MIRRORING: its STOPPING was never written)")
-        },
         started.elapsed().as_secs_f64()
     );
 }
@@ -484,12 +532,13 @@ fn source_cluster_id(admin: &AdminClient) -> String {
         .expect("the mirror knows its source cluster id")
 }
 
-/// Waits until every partition is MIRRORING at the source's high watermark.
+/// Waits until every partition is MIRRORING at the source's high watermark;
+/// returns their views.
 fn wait_mirrored(
     agent: &mut AgentProcess,
     admin: &AdminClient,
     sources: &BTreeMap<TopicPartition, SourcePartitionLog>,
-) {
+) -> BTreeMap<TopicPartition, PartitionView> {
     let started = Instant::now();
     loop {
         agent.assert_running();
@@ -501,7 +550,7 @@ fn wait_mirrored(
                     .is_some_and(|v| v.state == "MIRRORING" && v.destination_offset == s.high_watermark)
             })
         {
-            return;
+            return views.clone();
         }
         assert!(
             started.elapsed() < DEADLINE,
@@ -512,52 +561,23 @@ fn wait_mirrored(
     }
 }
 
-/// After the restart: waits until the partitions whose STOPPING was written
-/// are STOPPED (at least one: the crash came after the first), sends the
-/// stop again for any still MIRRORING (the crashed request's), and waits
-/// until all are STOPPED. Returns their views and the partitions the stop
-/// was sent again for.
-fn wait_stopped(
-    agent: &mut AgentProcess,
-    admin: &AdminClient,
-) -> (BTreeMap<TopicPartition, PartitionView>, Vec<TopicPartition>) {
+/// After the restart: waits until every partition is STOPPED (the stop's
+/// STOPPING was written for all before the crash); none may fail.
+fn wait_stopped(agent: &mut AgentProcess, admin: &AdminClient) -> BTreeMap<TopicPartition, PartitionView> {
     let tps = partitions();
     let started = Instant::now();
-    let mut retried = Vec::new();
     loop {
         agent.assert_running();
         let now = status(admin);
-        if let Ok(views) = &now
-            && let Some(failed) = views.values().find(|v| v.state == "FAILED")
-        {
-            panic!(
-                "a partition FAILED after the restart: {failed:?}; log:\n{}",
-                agent.log()
-            );
-        }
-        if let Ok(views) = &now
-            && tps.iter().all(|tp| views.contains_key(tp))
-        {
-            if tps.iter().all(|tp| views[tp].state == "STOPPED") {
-                return (views.clone(), retried);
-            }
-            let settled = tps
-                .iter()
-                .all(|tp| matches!(views[tp].state.as_str(), "STOPPED" | "MIRRORING"));
-            if settled && retried.is_empty() {
-                assert!(
-                    tps.iter().any(|tp| views[tp].state == "STOPPED"),
-                    "no partition was stopping after the restart: {views:?}; log:\n{}",
+        if let Ok(views) = &now {
+            if let Some(failed) = views.values().find(|v| v.state == "FAILED") {
+                panic!(
+                    "a partition FAILED after the restart: {failed:?}; log:\n{}",
                     agent.log()
                 );
-                retried = tps
-                    .iter()
-                    .filter(|tp| views[*tp].state == "MIRRORING")
-                    .cloned()
-                    .collect();
-                admin
-                    .request("POST", &format!("/mirrors/{MIRROR}/stop"), None)
-                    .unwrap_or_else(|e| panic!("stop again after the restart: {e}; log:\n{}", agent.log()));
+            }
+            if tps.iter().all(|tp| views.get(tp).is_some_and(|v| v.state == "STOPPED")) {
+                return views.clone();
             }
         }
         assert!(
@@ -569,9 +589,84 @@ fn wait_stopped(
     }
 }
 
+/// The leader epoch of each partition of the topic in the agent's Metadata answer.
+fn metadata_leader_epochs(listener: &str) -> BTreeMap<TopicPartition, i32> {
+    let mut conn = common::KafkaConnection::connect(listener, Duration::from_secs(10)).expect("connect to the agent");
+    let metadata: MetadataResponse = conn
+        .request(
+            ApiKey::Metadata as i16,
+            9,
+            &MetadataRequest::default()
+                .with_topics(Some(vec![
+                    MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_static_str(TOPIC)))),
+                ]))
+                .with_allow_auto_topic_creation(false),
+        )
+        .expect("Metadata");
+    let [topic] = &metadata.topics[..] else {
+        panic!("Metadata: {:?}", metadata.topics)
+    };
+    assert_eq!(topic.error_code, 0, "Metadata: {topic:?}");
+    let epochs: BTreeMap<TopicPartition, i32> = topic
+        .partitions
+        .iter()
+        .map(|p| (TopicPartition::new(TOPIC, p.partition_index), p.leader_epoch))
+        .collect();
+    assert_eq!(epochs.len(), PARTITIONS as usize, "Metadata: {topic:?}");
+    epochs
+}
+
 // ---------------------------------------------------------------------------
 // The logs
 // ---------------------------------------------------------------------------
+
+/// What a stop leaves whatever crashed in between, as an uninterrupted one
+/// does: the stop bumps the destination leader epoch, so the markers go in
+/// above the one clients were told while mirroring, and Metadata never goes
+/// back; the last mirror epoch is the source's epoch of the last mirrored
+/// batch (not one of our markers'); the reset names the source cluster.
+/// Returns what differs.
+fn same_as_uninterrupted(
+    tp: &TopicPartition,
+    source: &SourcePartitionLog,
+    markers: &Markers,
+    cluster_id: &str,
+    mirroring: &PartitionView,
+    stopped: &PartitionView,
+    (told_before, told_after): (i32, i32),
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if markers.first_epoch <= mirroring.destination_leader_epoch {
+        problems.push(format!(
+            "{tp}: the markers went in at leader epoch {}, not above the destination leader epoch {} reported while mirroring",
+            markers.first_epoch, mirroring.destination_leader_epoch
+        ));
+    }
+    if told_after < told_before || told_after < markers.epoch {
+        problems.push(format!(
+            "{tp}: Metadata reports leader epoch {told_after} after the restart: below the {told_before} it reported \
+             before the stop, or the markers' {}",
+            markers.epoch
+        ));
+    }
+    let last_source_epoch = source
+        .batches
+        .last()
+        .map_or(-1, |(_, b)| batch_view(b).partition_leader_epoch());
+    if stopped.last_mirror_epoch != last_source_epoch {
+        problems.push(format!(
+            "{tp}: STOPPED with last mirror epoch {}, the last mirrored batch has source epoch {last_source_epoch}",
+            stopped.last_mirror_epoch
+        ));
+    }
+    if markers.reset_cluster_id.as_deref() != Some(cluster_id) {
+        problems.push(format!(
+            "{tp}: the MIRROR_PID_RESET names source cluster {:?}, not {cluster_id:?}",
+            markers.reset_cluster_id
+        ));
+    }
+    problems
+}
 
 /// What a partition directory held past the mirrored data when the agent died.
 #[derive(Debug, Default)]
@@ -725,20 +820,22 @@ fn assert_crashed_where_expected(
 
 /// The markers that end a stopped partition's mirrored data.
 struct Markers {
+    /// The leader epoch of the first.
+    first_epoch: i32,
     /// The highest leader epoch among them.
     epoch: i32,
+    /// The source cluster id the MIRROR_PID_RESET names.
+    reset_cluster_id: Option<String>,
 }
 
 /// Checks a stopped partition's log: the mirrored batches byte for byte
 /// the source's; then one ABORT per open transaction and one
-/// MIRROR_PID_RESET naming the source cluster, at leader epochs above the
-/// mirrored batches'; then `local_records` produced records, nothing else.
+/// MIRROR_PID_RESET, at leader epochs above the mirrored batches'; then `local_records` produced records, nothing else.
 fn assert_stopped_log(
     tp: &TopicPartition,
     source: &SourcePartitionLog,
     ours: &[(i64, Vec<u8>)],
     open: &BTreeSet<i64>,
-    cluster_id: &str,
     local_records: u64,
 ) -> Markers {
     // Whole, valid, contiguous: nothing duplicated, no gap.
@@ -791,6 +888,8 @@ fn assert_stopped_log(
     assert_eq!(resets.len(), 1, "{tp}: MIRROR_PID_RESET records at {resets:?}");
 
     let k = open.len();
+    let first_epoch = batch_view(&ours[n].1).partition_leader_epoch();
+    let mut reset_cluster_id = None;
     let mut epoch = mirrored_epoch;
     for (i, (base, bytes)) in ours[n..n + k + 1].iter().enumerate() {
         let batch = batch_view(bytes);
@@ -805,11 +904,7 @@ fn assert_stopped_log(
             "{tp}: batch at {base} after the mirrored data (the ABORTs, then the reset)"
         );
         if expected == ControlType::MirrorPidReset {
-            assert_eq!(
-                record.source_cluster_id.as_deref(),
-                Some(cluster_id),
-                "{tp}: the reset names the source cluster"
-            );
+            reset_cluster_id = record.source_cluster_id;
         }
         let marker_epoch = batch.partition_leader_epoch();
         assert!(
@@ -839,5 +934,9 @@ fn assert_stopped_log(
         records += u64::try_from(batch.records_count()).expect("record count");
     }
     assert_eq!(records, local_records, "{tp}: records produced after the failover");
-    Markers { epoch }
+    Markers {
+        first_epoch,
+        epoch,
+        reset_cluster_id,
+    }
 }

@@ -164,7 +164,8 @@ struct Live {
 struct Partition {
     tp: TopicPartition,
     record: PartitionRecord,
-    /// On its shard (a `Placed` event came, no `Removed` since).
+    /// Sent to its shard (commands after it find it there), and not
+    /// removed, ended or refused since.
     placed: bool,
     /// The source epoch from the last metadata round (periodic check).
     source_epoch: i32,
@@ -510,6 +511,9 @@ impl Core {
             },
         };
         self.send(key, command);
+        if let Some(p) = self.partitions.get_mut(key) {
+            p.placed = true;
+        }
     }
 
     fn end_unplaced(&self, key: &PartitionStateKey) {
@@ -527,6 +531,7 @@ impl Core {
                 mirror: key.mirror.clone(),
                 tp: p.tp.clone(),
                 source_cluster_id,
+                destination_epoch: p.record.destination_leader_epoch,
             },
         );
     }
@@ -774,10 +779,9 @@ impl Core {
 
     /// STOPPING: the shard ends mirroring (markers, writable) and reports it.
     fn stop_partition(&mut self, key: &PartitionStateKey) -> Result<(), AdminError> {
+        self.set_state(key, State::Stopping, |_| {})?;
         let p = &self.partitions[key];
         let (placed, tp) = (p.placed, p.tp.clone());
-        self.set_state(key, State::Stopping, |_| {})?;
-        crash_point("stop:stopping-written");
         if placed {
             self.send(
                 key,
@@ -860,7 +864,6 @@ impl Core {
             } => {
                 let Some(key) = self.key_of(&mirror, &tp) else { return };
                 let p = self.partitions.get_mut(&key).expect("indexed");
-                p.placed = true;
                 p.live.destination_offset = log_end_offset;
                 if truncated_to.is_some() {
                     p.live.truncations += 1;
@@ -963,7 +966,12 @@ impl Core {
                     tracing::warn!(mirror, %tp, error, "shard command failed");
                     return;
                 };
-                let state = self.partitions[&key].record.state;
+                let p = self.partitions.get_mut(&key).expect("indexed");
+                let state = p.record.state;
+                if state == State::Preparing {
+                    // Refused placement: not on the shard.
+                    p.placed = false;
+                }
                 if matches!(state, State::Preparing | State::Stopping) {
                     self.fail(&key, error);
                 } else {
@@ -1190,6 +1198,14 @@ impl Core {
                 return Err(change.refusal(name, topic, &states));
             }
             targets.extend(applicable.into_iter().cloned());
+        }
+        if change == Change::Stop {
+            // Every partition's STOPPING is written before any is acted
+            // on: a crash in between leaves the whole request to finish.
+            for key in &targets {
+                self.set_state(key, State::Stopping, |_| {})?;
+            }
+            crash_point("stop:stopping-written");
         }
         let mut moved = Vec::new();
         for key in targets {

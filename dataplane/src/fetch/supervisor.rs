@@ -22,24 +22,26 @@ use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 use super::stats::FetchStats;
 
-/// The event for a partition whose mirroring just ended at `leader_epoch`.
+/// The event for a partition whose mirroring just ended at `leader_epoch`;
+/// `mirrored_epoch` is the destination epoch it had while mirroring.
 pub fn mirror_ended(
     registry: &Registry,
     mirror: String,
     tp: crate::log::TopicPartition,
     ended: &crate::log::EndedMirroring,
     leader_epoch: i32,
+    mirrored_epoch: i32,
 ) -> ShardEvent {
-    // The last source epoch mirrored: the closing markers carry the new
-    // destination epoch, everything below is the source's (the same answer
-    // when a restart finishes an interrupted end).
+    // The last source epoch mirrored: every mirrored batch is at or below
+    // the destination epoch of the mirroring, every closing marker above it
+    // (also those of an attempt a crash interrupted).
     let last_mirror_epoch = registry.get(&tp).map_or(-1, |served| {
         let log = served.log.borrow();
         log.epoch_cache()
             .entries()
             .iter()
             .rev()
-            .find(|e| e.epoch < leader_epoch)
+            .find(|e| e.epoch <= mirrored_epoch)
             .map_or(-1, |e| e.epoch)
     });
     tracing::info!(mirror, %tp, ?ended, leader_epoch, last_mirror_epoch, "mirroring ended; the partition is writable");
@@ -303,8 +305,16 @@ impl Supervisor {
         let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
         drop(partition);
         let cluster_id = self.source_cluster_id.clone().unwrap_or_default();
+        let mirrored_epoch = self.registry.get(&tp).map_or(-1, |s| s.leader_epoch.get());
         match self.registry.end_mirroring(&tp, &cluster_id) {
-            Ok((ended, leader_epoch)) => self.event(mirror_ended(&self.registry, mirror, tp, &ended, leader_epoch)),
+            Ok((ended, leader_epoch)) => self.event(mirror_ended(
+                &self.registry,
+                mirror,
+                tp,
+                &ended,
+                leader_epoch,
+                mirrored_epoch,
+            )),
             Err(error) => self.event(ShardEvent::CommandFailed {
                 mirror,
                 tp,

@@ -90,17 +90,27 @@ pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
 /// finishes the job.
 pub const ENDING_MIRROR_MARKER: &str = "ringmirror-ending-mirror";
 
-/// The source cluster id in an interrupted end of mirroring, if any.
-pub fn ending_mirror(log_dir: &LogDir, tp: &TopicPartition) -> Option<String> {
-    std::fs::read_to_string(log_dir.partition_dir(tp).join(ENDING_MIRROR_MARKER)).ok()
+/// An interrupted end of mirroring, if any: the source cluster id, and the
+/// destination epoch the partition had (the markers go above it; absent in
+/// markers written before it was recorded).
+pub fn ending_mirror(log_dir: &LogDir, tp: &TopicPartition) -> Option<(String, Option<i32>)> {
+    let text = std::fs::read_to_string(log_dir.partition_dir(tp).join(ENDING_MIRROR_MARKER)).ok()?;
+    let mut lines = text.lines();
+    let cluster_id = lines.next().unwrap_or_default().to_owned();
+    let epoch = lines.next().and_then(|l| l.trim().parse().ok());
+    Some((cluster_id, epoch))
 }
 
-/// Writes `name` (with `content`) into the partition's directory durably.
+/// Writes `name` (with `content`) into the partition's directory durably
+/// and atomically (a temporary file renamed over it): a crash leaves the
+/// marker whole or absent, never empty.
 fn write_marker(dir: &std::path::Path, name: &str, content: &str) -> Result<(), String> {
     use std::io::Write;
     let path = dir.join(name);
-    std::fs::File::create(&path)
+    let temporary = dir.join(format!("{name}.tmp"));
+    std::fs::File::create(&temporary)
         .and_then(|mut f| f.write_all(content.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&temporary, &path))
         .and_then(|()| std::fs::File::open(dir)?.sync_all())
         .map_err(|e| format!("write {}: {e}", path.display()))
 }
@@ -180,7 +190,11 @@ impl Registry {
     ) -> Result<(crate::log::EndedMirroring, i32), String> {
         let served = self.get(tp).ok_or("not open on this shard")?;
         let dir = self.log_dir.partition_dir(tp);
-        write_marker(&dir, ENDING_MIRROR_MARKER, source_cluster_id)?;
+        write_marker(
+            &dir,
+            ENDING_MIRROR_MARKER,
+            &format!("{source_cluster_id}\n{}", served.leader_epoch.get()),
+        )?;
         crate::failpoint::crash_point("end-mirroring:started");
         let mut log = served.log.try_borrow_mut().map_err(|_| "the log is busy")?;
         let latest = log.epoch_cache().latest().map_or(0, |e| e.epoch);

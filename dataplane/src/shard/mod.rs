@@ -96,6 +96,8 @@ pub enum ShardCommand {
         mirror: String,
         tp: TopicPartition,
         source_cluster_id: String,
+        /// The destination epoch while mirroring (the markers go above it).
+        destination_epoch: i32,
     },
     /// Answered once every command before it has been carried out.
     Barrier(std::sync::mpsc::Sender<()>),
@@ -301,8 +303,9 @@ impl Shard {
                     mirror,
                     tp,
                     source_cluster_id,
+                    destination_epoch,
                 } => {
-                    self.end_unplaced(mirror, tp, &source_cluster_id);
+                    self.end_unplaced(mirror, tp, &source_cluster_id, destination_epoch);
                     continue;
                 }
                 ShardCommand::SetLeaderEpoch { tp, epoch } => {
@@ -349,33 +352,45 @@ impl Shard {
         Ok(served)
     }
 
-    /// Completes an end of mirroring that a crash interrupted.
+    /// Completes an end of mirroring that a crash interrupted, above the
+    /// destination epoch its marker recorded.
     fn finish_interrupted_end(&self, tp: &TopicPartition) -> Result<(), String> {
-        let Some(cluster_id) = ending_mirror(&self.log_dir, tp) else {
+        let Some((cluster_id, epoch)) = ending_mirror(&self.log_dir, tp) else {
             return Ok(());
         };
+        if let (Some(epoch), Some(served)) = (epoch, self.registry.get(tp)) {
+            served.observe_epoch(epoch);
+        }
         let (ended, epoch) = self.registry.end_mirroring(tp, &cluster_id)?;
         tracing::info!(partition = %tp, ?ended, epoch, "finished ending mirroring, interrupted before");
         Ok(())
     }
 
-    fn end_unplaced(&self, mirror: String, tp: TopicPartition, source_cluster_id: &str) {
+    fn end_unplaced(&self, mirror: String, tp: TopicPartition, source_cluster_id: &str, destination_epoch: i32) {
         let Some(served) = self.registry.get(&tp) else {
             let error = "end mirroring: the partition is not open".to_string();
             let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
             return;
         };
+        served.observe_epoch(destination_epoch);
         let event = if served.mirror.is_none() && ending_mirror(&self.log_dir, &tp).is_none() {
-            // Already ended (finished at start-up): report it, change nothing.
+            // Already ended (before a restart): report it, change nothing.
             let ended = EndedMirroring {
                 aborted_transactions: 0,
                 wrote_pid_reset: false,
                 log_end_offset: served.log.borrow().log_end_offset(),
             };
-            mirror_ended(&self.registry, mirror, tp, &ended, served.leader_epoch.get())
+            mirror_ended(
+                &self.registry,
+                mirror,
+                tp,
+                &ended,
+                served.leader_epoch.get(),
+                destination_epoch,
+            )
         } else {
             match self.registry.end_mirroring(&tp, source_cluster_id) {
-                Ok((ended, epoch)) => mirror_ended(&self.registry, mirror, tp, &ended, epoch),
+                Ok((ended, epoch)) => mirror_ended(&self.registry, mirror, tp, &ended, epoch, destination_epoch),
                 Err(e) => ShardEvent::CommandFailed {
                     mirror,
                     tp,
