@@ -358,6 +358,7 @@ impl Agent {
                 events: coordinator_events,
                 calls,
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
+                listener_addr: listener_addr.map(|a| a.to_string()),
                 reports: Arc::clone(&mirror_reports),
                 io_memory_bytes: io_memory,
             },

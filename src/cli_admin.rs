@@ -440,11 +440,26 @@ fn describe(d: &MirrorDescription) -> String {
             d.last_sync_ms.map(utc_time).unwrap_or_else(|| "never".into()),
         ),
         ("sync error", or_dash(d.sync_error.as_deref())),
+        (
+            "groups",
+            format!(
+                "{} (exclude: {})",
+                c.groups_include,
+                or_dash(c.groups_exclude.as_deref())
+            ),
+        ),
+        (
+            "groups synced",
+            d.groups_synced_ms.map(utc_time).unwrap_or_else(|| "never".into()),
+        ),
     ];
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = String::new();
     for (key, value) in fields {
         let _ = writeln!(out, "{:<width$} {value}", format!("{key}:"));
+    }
+    for (group, outcome) in &d.groups {
+        let _ = writeln!(out, "  group {group}: {outcome}");
     }
     out.push('\n');
     out.push_str(&partitions_table(d.partitions.clone()));

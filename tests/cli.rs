@@ -285,6 +285,8 @@ mod admin {
                     partitions: partitions(),
                     last_sync_ms: None,
                     sync_error: None,
+                    groups_synced_ms: Some(1_709_210_096_000),
+                    groups: BTreeMap::from([("billing".to_string(), "synced: 2 committed, 0 unchanged".to_string())]),
                 },
             },
             AdminRequest::DescribeMirror { mirror } | AdminRequest::Pause { mirror, .. } if mirror != "dr" => {
@@ -371,6 +373,9 @@ backup-eu  eu:9092                -                        0
             "topics mirrored:   orders, payments",
             "ingest:            aligned_copy",
             "last sync:         never",
+            "groups:            .* (exclude: -)",
+            "groups synced:     2024-02-29 12:34:56 UTC",
+            "  group billing: synced: 2 committed, 0 unchanged",
             "MIRROR  TOPIC     PARTITION  STATE      SOURCE-OFFSET  DEST-OFFSET  LAG  LAG-S",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");

@@ -116,6 +116,11 @@ pub struct MirrorDescription {
     /// The last time the source's metadata was read, and the last error.
     pub last_sync_ms: Option<u64>,
     pub sync_error: Option<String>,
+    /// The last consumer group offset sync, and what it did per group.
+    #[serde(default)]
+    pub groups_synced_ms: Option<u64>,
+    #[serde(default)]
+    pub groups: std::collections::BTreeMap<String, String>,
 }
 
 /// One mirrored partition as the operator sees it.

@@ -36,6 +36,7 @@ use crate::admin::{
     PartitionMetrics, PartitionView, TopicPartitionName,
 };
 use crate::epochs;
+use crate::group_sync::{GroupFilter, GroupOutcome, GroupSyncReport, sync_group_offsets};
 use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
@@ -65,6 +66,9 @@ pub struct CoordinatorSetup {
     pub calls: async_channel::Receiver<AdminCall>,
     /// Our cluster id (sent with last-mirror-epoch lookups).
     pub local_cluster_id: String,
+    /// Our Kafka listener, where source group offsets are committed
+    /// (without one there are no consumers here, and nothing to sync).
+    pub listener_addr: Option<String>,
     /// Where the partitions' states and last mirror epochs are published
     /// for peers (DescribeClusterMirrors on our listener).
     pub reports: Arc<MirrorReportsHandle>,
@@ -95,6 +99,7 @@ impl Coordinator {
                     events,
                     calls,
                     local_cluster_id,
+                    listener_addr,
                     reports,
                     ..
                 } = setup;
@@ -105,6 +110,8 @@ impl Coordinator {
                     partitions: BTreeMap::new(),
                     by_tp: HashMap::new(),
                     local_cluster_id,
+                    listener_addr,
+                    listener_conn: None,
                     reports,
                     reports_dirty: true,
                 };
@@ -143,6 +150,9 @@ struct Mirror {
     topics: BTreeSet<String>,
     /// Every shard's fetch statistics for this mirror, since start.
     fetch_stats: FetchStats,
+    group_filter: GroupFilter,
+    /// The last consumer group offset sync: when, and what it did.
+    group_sync: Option<(u64, GroupSyncReport)>,
 }
 
 /// What the shards' events say about a partition (not persisted).
@@ -180,6 +190,9 @@ struct Core {
     partitions: BTreeMap<PartitionStateKey, Partition>,
     by_tp: HashMap<(String, TopicPartition), PartitionStateKey>,
     local_cluster_id: String,
+    listener_addr: Option<String>,
+    /// To our own listener, for group offset sync.
+    listener_conn: Option<Connection>,
     reports: Arc<MirrorReportsHandle>,
     reports_dirty: bool,
 }
@@ -197,6 +210,11 @@ fn internal(e: impl std::fmt::Display) -> AdminError {
 fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
     let selection = TopicSelection::new(&record.config).map_err(|e| AdminError::Invalid(e.to_string()))?;
     Ok(Mirror {
+        group_filter: record
+            .config
+            .group_filter()
+            .map_err(|e| AdminError::Invalid(e.to_string()))?,
+        group_sync: None,
         record,
         selection,
         conn: None,
@@ -610,6 +628,7 @@ impl Core {
                 m.next_sync = Instant::now() + refresh;
                 m.last_sync_ms = Some(now_ms());
                 self.apply_metadata(name, &metadata);
+                self.sync_groups(name).await;
             }
             Err(e) => {
                 m.sync_failures += 1;
@@ -740,6 +759,60 @@ impl Core {
         if added > 0 {
             tracing::info!(mirror = name, added, "new partitions to mirror");
             self.reports_dirty = true;
+        }
+    }
+
+    /// Commits the source's consumer group offsets for the partitions this
+    /// mirror is mirroring at our listener, for groups not active here.
+    async fn sync_groups(&mut self, name: &str) {
+        let Some(addr) = self.listener_addr.clone() else {
+            return;
+        };
+        let mirrored: BTreeSet<(String, i32)> = self
+            .partitions
+            .iter()
+            .filter(|(k, p)| k.mirror == name && matches!(p.record.state, State::Mirroring | State::EpochFencing))
+            .map(|(_, p)| (p.tp.topic.clone(), p.tp.partition))
+            .collect();
+        let Some(m) = self.mirrors.get_mut(name) else {
+            return;
+        };
+        if m.halted || mirrored.is_empty() {
+            return;
+        }
+        if self.listener_conn.is_none() {
+            match Connection::connect(&addr, control_options("group-sync")).await {
+                Ok(c) => self.listener_conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(mirror = name, error = %e, "cannot reach our own listener for group offsets");
+                    return;
+                }
+            }
+        }
+        let destination = self.listener_conn.as_mut().expect("connected");
+        let filter = m.group_filter.clone();
+        let source = match connection(m).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "cannot reach the source for group offsets");
+                m.conn = None;
+                return;
+            }
+        };
+        let result = sync_group_offsets(source, destination, &mirrored, &filter).await;
+        match result {
+            Ok(report) => {
+                let committed = report.committed();
+                if committed > 0 {
+                    tracing::info!(mirror = name, committed, "group offsets synced from the source");
+                }
+                m.group_sync = Some((now_ms(), report));
+            }
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "group offset sync failed; next round tries again");
+                m.conn = None;
+                self.listener_conn = None;
+            }
         }
     }
 
@@ -1343,6 +1416,13 @@ impl Core {
                 .collect(),
             last_sync_ms: m.last_sync_ms,
             sync_error: m.sync_error.clone(),
+            groups_synced_ms: m.group_sync.as_ref().map(|(at, _)| *at),
+            groups: m
+                .group_sync
+                .iter()
+                .flat_map(|(_, report)| &report.groups)
+                .map(|(group, outcome)| (group.clone(), describe_outcome(outcome)))
+                .collect(),
         })
     }
 
@@ -1416,6 +1496,26 @@ impl Change {
     }
 }
 
+/// One line for `mirror describe` about a group's last sync.
+fn describe_outcome(outcome: &GroupOutcome) -> String {
+    match outcome {
+        GroupOutcome::Synced {
+            committed,
+            unchanged,
+            refused,
+        } => {
+            let mut line = format!("synced: {committed} committed, {unchanged} unchanged");
+            if !refused.is_empty() {
+                line.push_str(&format!(", {} refused", refused.len()));
+            }
+            line
+        }
+        GroupOutcome::Active { state } => format!("left alone: active here ({state})"),
+        GroupOutcome::Skipped { reason } => format!("skipped: {reason}"),
+        GroupOutcome::Failed { error } => format!("failed: {error}"),
+    }
+}
+
 fn uuid_string(id: &[u8; 16]) -> String {
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     format!(
@@ -1428,14 +1528,19 @@ fn uuid_string(id: &[u8; 16]) -> String {
     )
 }
 
+/// Connection settings for the control plane's requests.
+fn control_options(what: &str) -> ConnectionOptions {
+    ConnectionOptions {
+        client_id: format!("ringmirror-{what}"),
+        connect_timeout: CONTROL_CONNECT_TIMEOUT,
+        io_timeout: CONTROL_IO_TIMEOUT,
+        ..ConnectionOptions::default()
+    }
+}
+
 async fn connection(m: &mut Mirror) -> Result<&mut Connection, ClientError> {
     if m.conn.is_none() {
-        let options = ConnectionOptions {
-            client_id: format!("ringmirror-{}-control", m.record.config.name),
-            connect_timeout: CONTROL_CONNECT_TIMEOUT,
-            io_timeout: CONTROL_IO_TIMEOUT,
-            ..ConnectionOptions::default()
-        };
+        let options = control_options(&format!("{}-control", m.record.config.name));
         let mut last = None;
         for addr in &m.record.config.bootstrap_servers {
             match Connection::connect(addr, options.clone()).await {

@@ -14,6 +14,9 @@
 //!   the coordinator as [`admin::AdminCall`]s.
 //! * [`metrics`] — `/metrics`: a [`admin::MetricsSnapshot`] in Prometheus'
 //!   text format.
+//! * [`group_sync`] — consumer-group offsets from the source into our group
+//!   coordinator, for mirrored partitions, skipping groups active here
+//!   (share groups are detected and skipped).
 //!
 //! The failover data path itself is the data plane's (`EndMirroring` on a
 //! shard, on top of `PartitionLog::end_mirroring`).
@@ -21,6 +24,7 @@
 pub mod admin;
 pub mod coordinator;
 pub mod epochs;
+pub mod group_sync;
 pub mod http;
 pub mod metrics;
 pub mod mirror;

@@ -24,6 +24,13 @@ pub struct MirrorConfig {
     /// Never mirror topics matching this regex (whole name).
     #[serde(default = "default_topics_exclude", alias = "mirror_topics_exclude")]
     pub topics_exclude: String,
+    /// Consumer groups whose committed offsets are synced from the source
+    /// (regex on whole group ids; default every group).
+    #[serde(default = "default_groups_include", alias = "mirror_groups_include")]
+    pub groups_include: String,
+    /// Groups never synced (regex; wins over include).
+    #[serde(default, alias = "mirror_groups_exclude")]
+    pub groups_exclude: Option<String>,
     #[serde(default = "default_fetch_max_bytes")]
     pub fetch_max_bytes: i32,
     #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
@@ -41,6 +48,10 @@ pub struct MirrorConfig {
     /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
     #[serde(default)]
     pub ingest: IngestMode,
+}
+
+fn default_groups_include() -> String {
+    ".*".into()
 }
 
 fn default_topics_exclude() -> String {
@@ -106,10 +117,21 @@ impl MirrorConfig {
             return Err(invalid("names no topics (topics or topics_include)".into()));
         }
         TopicSelection::new(self).map_err(|e| invalid(e.to_string()))?;
+        self.group_filter()
+            .map_err(|e| invalid(format!("groups_include/groups_exclude: {e}")))?;
         if self.fetch_partition_max_bytes <= 0 || self.fetch_max_bytes <= 0 {
             return Err(invalid("fetch sizes must be positive".into()));
         }
         Ok(())
+    }
+
+    /// Which consumer groups' offsets are synced.
+    pub fn group_filter(&self) -> Result<crate::group_sync::GroupFilter, regex::Error> {
+        crate::group_sync::GroupFilter::new(
+            std::iter::empty::<String>(),
+            Some(&self.groups_include),
+            self.groups_exclude.as_deref(),
+        )
     }
 
     /// What the data plane fetches this mirror's partitions with.

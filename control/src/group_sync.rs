@@ -1,0 +1,2075 @@
+//! Consumer-group offset sync (issue 6; DESIGN.md, "MirrorMetadataManager"):
+//! once per metadata round, the committed offsets of the source's consumer
+//! groups for the partitions this mirror serves are written into our own
+//! group coordinator, so consumers that fail over to the mirror resume
+//! where they were. Because the mirror keeps the source's offsets, they are
+//! copied as they are, never translated.
+//!
+//! One round ([`sync_group_offsets`]):
+//!
+//! 1. **List** the source's groups: ListGroups at every source broker (each
+//!    lists the groups it coordinates), consumer groups (types `classic` and
+//!    `consumer`; classic groups of another protocol type, such as Connect's,
+//!    are not consumer groups) and, where the source speaks the share-group
+//!    APIs (ApiVersions lists DescribeShareGroupOffsets, key 90), share
+//!    groups in a listing of their own (ListGroups v5+ types filter). A
+//!    name listed as more than one type is logged and skipped
+//!    ([`GroupSyncReport::type_conflicts`]). A source that does not serve
+//!    ListGroups (librdkafka's mock cluster) cannot be listed: only the
+//!    groups the filter names are synced there ([`GroupFilter::named`]).
+//! 2. **Filter** the group ids ([`GroupFilter`]: named ids and an include
+//!    regex, minus an exclude regex, whole ids; by default every group).
+//!    Nothing is excluded by default: Kafka has no internal consumer
+//!    groups, and offsets of internal topics (`__consumer_offsets`, …) are
+//!    dropped anyway, since such topics are never mirrored.
+//! 3. **Fetch** each consumer group's committed offsets at its coordinator
+//!    (FindCoordinator, batched from v4; connections to other brokers are
+//!    opened on demand and kept for the call), batched by coordinator with
+//!    OffsetFetch v8+, one group per request before. Sources speaking v7+
+//!    are asked for all of a group's offsets; older ones (and the mock,
+//!    which mishandles "all") for the mirrored partitions by name. Only
+//!    partitions in `mirrored` are kept.
+//! 4. **Check the destination**: DescribeGroups at our listener. A group in
+//!    any state but Empty or Dead (a group the destination does not know is
+//!    Dead) is active there and left alone ([`GroupOutcome::Active`]).
+//! 5. **Commit** the rest at the destination as an admin ("simple") commit —
+//!    generation -1, no member id, as Kafka's
+//!    `AdminClient.alterConsumerGroupOffsets` does — with each partition's
+//!    committed leader epoch and metadata, after an OffsetFetch at the
+//!    destination drops partitions that already hold the same offset (so a
+//!    quiet group costs no writes). An offset ahead of the destination's log
+//!    end (the mirror lags) is committed as it is: a consumer resuming there
+//!    waits for the data rather than re-reading. A consumer that joins
+//!    between the check and the commit is safe: the coordinator refuses a
+//!    generation -1 commit to a group with members (UNKNOWN_MEMBER_ID, per
+//!    partition in [`GroupOutcome::Synced::refused`]).
+//!
+//! **Share groups** are detected and reported as skipped
+//! ([`GroupOutcome::Skipped`], "destination does not support share
+//! groups"): our listener implements no share-group APIs, so there is
+//! nothing to write their start offsets into. They are never committed as
+//! consumer groups, so a share group at the source never overwrites a
+//! consumer group of the same name at the destination.
+//!
+//! Errors: a failure of the `source` or `destination` connection itself
+//! (I/O, framing), or a destination we cannot ask (no common version of
+//! DescribeGroups or OffsetCommit), ends the round with `Err`, so the
+//! caller reconnects. Everything else — an error code, another source
+//! broker that cannot be reached, a version we share none of with a
+//! source broker — is reported per group (or per broker, for listings) and
+//! the round goes on.
+//!
+//! Not done here: share-group start offsets themselves (the destination
+//! cannot take them), and connections to other source brokers use default
+//! [`ConnectionOptions`] (no TLS/SASL yet in the client).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, DescribeGroupsRequest, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, ListGroupsRequest,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use regex::Regex;
+use ringmirror_dataplane::client::error_codes as codes;
+use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
+use ringmirror_dataplane::fetch::fetch_source_metadata;
+
+/// ListGroups v5 group types (case-insensitive on the wire).
+const GROUP_TYPE_CLASSIC: &str = "classic";
+const GROUP_TYPE_CONSUMER: &str = "consumer";
+const GROUP_TYPE_SHARE: &str = "share";
+/// The protocol type of consumer groups (classic groups of other types,
+/// such as Kafka Connect's "connect", are not consumer groups).
+const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+/// FindCoordinator key type of groups.
+const KEY_TYPE_GROUP: i8 = 0;
+/// An admin commit: no generation, no member.
+const ADMIN_GENERATION: i32 = -1;
+/// Groups per batched request (FindCoordinator v4+, OffsetFetch v8+,
+/// DescribeGroups), which keeps each answer small.
+const GROUPS_PER_REQUEST: usize = 100;
+/// Group coordinator errors that are about the coordinator, not the group.
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const NOT_COORDINATOR: i16 = 16;
+/// Why share groups are skipped.
+pub const SHARE_GROUPS_UNSUPPORTED: &str = "destination does not support share groups";
+
+/// The API versions used here (ours; the highest both sides speak wins).
+const LIST_GROUPS_VERSIONS: (i16, i16) = (0, 5);
+const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 5);
+const OFFSET_FETCH_VERSIONS: (i16, i16) = (1, 9);
+const DESCRIBE_GROUPS_VERSIONS: (i16, i16) = (0, 6);
+const OFFSET_COMMIT_VERSIONS: (i16, i16) = (2, 9);
+
+/// Which group ids are synced: ids named explicitly and ids matching the
+/// include regex, minus ids matching the exclude regex (which wins, also
+/// over named ids). Regexes match whole ids. The default is every group.
+#[derive(Debug, Clone)]
+pub struct GroupFilter {
+    named: BTreeSet<String>,
+    include: Option<Regex>,
+    exclude: Option<Regex>,
+}
+
+impl Default for GroupFilter {
+    fn default() -> Self {
+        Self::all()
+    }
+}
+
+impl GroupFilter {
+    /// Every group.
+    pub fn all() -> Self {
+        Self {
+            named: BTreeSet::new(),
+            include: Some(Regex::new(".*").expect("valid")),
+            exclude: None,
+        }
+    }
+
+    /// `named` ids, plus ids matching `include`, minus ids matching
+    /// `exclude` (`None`: no include, no exclude).
+    pub fn new(
+        named: impl IntoIterator<Item = impl Into<String>>,
+        include: Option<&str>,
+        exclude: Option<&str>,
+    ) -> Result<Self, regex::Error> {
+        let whole = |r: &str| Regex::new(&format!("^(?:{r})$"));
+        Ok(Self {
+            named: named.into_iter().map(Into::into).collect(),
+            include: include.map(whole).transpose()?,
+            exclude: exclude.map(whole).transpose()?,
+        })
+    }
+
+    pub fn wants(&self, group: &str) -> bool {
+        (self.named.contains(group) || self.include.as_ref().is_some_and(|r| r.is_match(group)))
+            && !self.exclude.as_ref().is_some_and(|r| r.is_match(group))
+    }
+
+    /// Ids named explicitly: the only groups synced from a source that
+    /// cannot list its groups.
+    pub fn named(&self) -> &BTreeSet<String> {
+        &self.named
+    }
+}
+
+/// What became of one group in a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupOutcome {
+    /// Committed at the destination: `committed` partitions written,
+    /// `unchanged` ones already there with the same offset, and partitions
+    /// the destination refused (error code; UNKNOWN_TOPIC_OR_PARTITION for
+    /// a partition it does not serve yet, UNKNOWN_MEMBER_ID when a consumer
+    /// joined since the check).
+    Synced {
+        committed: usize,
+        unchanged: usize,
+        refused: BTreeMap<(String, i32), i16>,
+    },
+    /// Left alone: active at the destination, in this state.
+    Active { state: String },
+    /// Not a group this sync writes (a share group, another group type).
+    Skipped { reason: String },
+    /// Not synced this round.
+    Failed { error: String },
+}
+
+/// One round's result, per group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupSyncReport {
+    /// Every group the filter wants that the source listed (or, for a
+    /// source that cannot list, that the filter names).
+    pub groups: BTreeMap<String, GroupOutcome>,
+    /// Group ids the source listed as more than one group type (a consumer
+    /// group and a share group of the same name): logged and skipped.
+    pub type_conflicts: BTreeSet<String>,
+    /// Whether the source listed its groups (ListGroups).
+    pub listed: bool,
+    /// Source brokers whose groups could not be listed this round.
+    pub listing_errors: Vec<String>,
+}
+
+impl GroupSyncReport {
+    /// Partitions committed at the destination, over all groups.
+    pub fn committed(&self) -> usize {
+        self.groups
+            .values()
+            .map(|o| match o {
+                GroupOutcome::Synced { committed, .. } => *committed,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    pub fn outcome(&self, group: &str) -> Option<&GroupOutcome> {
+        self.groups.get(group)
+    }
+}
+
+/// A committed offset as OffsetFetch answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Committed {
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<String>,
+}
+
+impl Committed {
+    /// The same commit, whether the metadata is null or empty (brokers
+    /// store one as the other).
+    fn same_as(&self, other: &Committed) -> bool {
+        self.offset == other.offset
+            && self.leader_epoch == other.leader_epoch
+            && self.metadata.as_deref().unwrap_or_default() == other.metadata.as_deref().unwrap_or_default()
+    }
+}
+
+type Offsets = BTreeMap<(String, i32), Committed>;
+/// Partitions by topic, as requests list them.
+type Topics = Vec<(String, Vec<i32>)>;
+
+/// What the source says a listed group is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum GroupKind {
+    Consumer,
+    Share,
+    Other(String),
+}
+
+/// A listed group's kind from the listing it came from, its group type
+/// (v5+, may be empty) and protocol type; `None` for a classic group that
+/// is not a consumer group (Connect's workers).
+fn kind_of(share_listing: bool, group_type: &str, protocol_type: &str) -> Option<GroupKind> {
+    let group_type = group_type.to_ascii_lowercase();
+    match group_type.as_str() {
+        GROUP_TYPE_SHARE => Some(GroupKind::Share),
+        "" if share_listing => Some(GroupKind::Share),
+        "" | GROUP_TYPE_CLASSIC => {
+            (protocol_type.is_empty() || protocol_type == CONSUMER_PROTOCOL_TYPE).then_some(GroupKind::Consumer)
+        }
+        GROUP_TYPE_CONSUMER => Some(GroupKind::Consumer),
+        _ => Some(GroupKind::Other(group_type)),
+    }
+}
+
+/// Every kind each group id was listed as.
+type Listing = BTreeMap<String, BTreeSet<GroupKind>>;
+
+/// Sorts what the source listed (`None`: it cannot list) into the consumer
+/// groups to sync, and outcomes for the rest.
+fn plan(
+    listing: Option<Listing>,
+    filter: &GroupFilter,
+    share_reason: &str,
+    report: &mut GroupSyncReport,
+) -> Vec<String> {
+    report.listed = listing.is_some();
+    let mut listing = listing.unwrap_or_default();
+    // Named groups are synced even when not listed (their broker may not
+    // have answered); a named group listed as another type stays that.
+    for group in filter.named() {
+        listing
+            .entry(group.clone())
+            .or_insert_with(|| BTreeSet::from([GroupKind::Consumer]));
+    }
+    let mut consumer_groups = Vec::new();
+    for (group, kinds) in listing {
+        if !filter.wants(&group) {
+            continue;
+        }
+        if kinds.len() > 1 {
+            tracing::warn!(group, kinds = ?kinds, "the source lists this group id as more than one group type; not synced");
+            report.type_conflicts.insert(group);
+            continue;
+        }
+        match kinds.into_iter().next() {
+            Some(GroupKind::Consumer) => consumer_groups.push(group),
+            Some(GroupKind::Share) => {
+                tracing::debug!(group, reason = share_reason, "share group not synced");
+                report.groups.insert(
+                    group,
+                    GroupOutcome::Skipped {
+                        reason: format!("share group: {share_reason}"),
+                    },
+                );
+            }
+            Some(GroupKind::Other(group_type)) => {
+                report.groups.insert(
+                    group,
+                    GroupOutcome::Skipped {
+                        reason: format!("group type {group_type:?} is not synced"),
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+    consumer_groups
+}
+
+/// Whether `e` means the connection itself is unusable (as opposed to an
+/// answer we could not use).
+fn connection_failed(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Io { .. }
+            | ClientError::Resolve { .. }
+            | ClientError::FrameTooLarge { .. }
+            | ClientError::CorrelationMismatch { .. }
+    )
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+/// The source connection and connections to other source brokers, opened
+/// on demand and kept for one round.
+struct SourceBrokers<'a> {
+    source: &'a mut Connection,
+    options: ConnectionOptions,
+    others: HashMap<String, Connection>,
+}
+
+impl SourceBrokers<'_> {
+    fn is_source(&self, addr: &str) -> bool {
+        addr == self.source.addr()
+    }
+
+    async fn get(&mut self, addr: &str) -> Result<&mut Connection, ClientError> {
+        if self.is_source(addr) {
+            return Ok(&mut *self.source);
+        }
+        if !self.others.contains_key(addr) {
+            let conn = Connection::connect(addr, self.options.clone()).await?;
+            self.others.insert(addr.to_owned(), conn);
+        }
+        Ok(self.others.get_mut(addr).expect("connected above"))
+    }
+
+    /// After `e` at `addr`: `Err` when the source connection itself failed
+    /// (the round ends), else what to report (a failed connection to
+    /// another broker is dropped).
+    fn failed(&mut self, addr: &str, e: ClientError) -> Result<String, ClientError> {
+        if connection_failed(&e) {
+            if self.is_source(addr) {
+                return Err(e);
+            }
+            self.others.remove(addr);
+        }
+        Ok(e.to_string())
+    }
+}
+
+/// Syncs the committed offsets of the source's consumer groups (those
+/// `groups` wants) for the `mirrored` (topic, partition)s into the
+/// destination's group coordinator; see the module documentation.
+///
+/// `source` is a connection to any source broker; `destination` one to our
+/// own listener, the coordinator of every group. Returns `Err` only when
+/// one of those two connections fails, or the destination speaks no common
+/// version of the group APIs; the rest is in the report.
+pub async fn sync_group_offsets(
+    source: &mut Connection,
+    destination: &mut Connection,
+    mirrored: &BTreeSet<(String, i32)>,
+    groups: &GroupFilter,
+) -> Result<GroupSyncReport, ClientError> {
+    let mut report = GroupSyncReport::default();
+    if mirrored.is_empty() {
+        return Ok(report);
+    }
+    let share_reason = if destination.advertises(ApiKey::AlterShareGroupOffsets as i16) {
+        "share-group offset sync is not implemented"
+    } else {
+        SHARE_GROUPS_UNSUPPORTED
+    };
+    let mut brokers = SourceBrokers {
+        source,
+        options: ConnectionOptions {
+            client_id: "ringmirror-group-sync".into(),
+            ..ConnectionOptions::default()
+        },
+        others: HashMap::new(),
+    };
+    let listing = list_source_groups(&mut brokers, &mut report).await?;
+    let consumer_groups = plan(listing, groups, share_reason, &mut report);
+    if consumer_groups.is_empty() {
+        return Ok(report);
+    }
+    let source_offsets = fetch_source_offsets(&mut brokers, &consumer_groups, mirrored, &mut report).await?;
+    commit_at_destination(destination, source_offsets, &mut report).await?;
+    let failed = report
+        .groups
+        .values()
+        .filter(|o| matches!(o, GroupOutcome::Failed { .. }))
+        .count();
+    tracing::debug!(
+        groups = report.groups.len(),
+        committed = report.committed(),
+        failed,
+        conflicts = report.type_conflicts.len(),
+        "group offsets synced"
+    );
+    Ok(report)
+}
+
+// ---- listing ----
+
+/// Every source broker's groups; `None` when the source does not serve
+/// ListGroups.
+async fn list_source_groups(
+    brokers: &mut SourceBrokers<'_>,
+    report: &mut GroupSyncReport,
+) -> Result<Option<Listing>, ClientError> {
+    if !brokers.source.advertises(ApiKey::ListGroups as i16) {
+        return Ok(None);
+    }
+    let with_share = brokers.source.advertises(ApiKey::DescribeShareGroupOffsets as i16);
+    let metadata = match fetch_source_metadata(brokers.source, Some(&[])).await {
+        Ok(m) => m,
+        Err(e) if connection_failed(&e) => return Err(e),
+        Err(e) => {
+            report.listing_errors.push(format!("{}: {e}", brokers.source.addr()));
+            return Ok(Some(Listing::new()));
+        }
+    };
+    let mut addrs: BTreeSet<String> = metadata.brokers.into_values().collect();
+    if addrs.is_empty() {
+        addrs.insert(brokers.source.addr().to_owned());
+    }
+    let mut listing = Listing::new();
+    for addr in addrs {
+        let listed = match brokers.get(&addr).await {
+            Ok(conn) => list_at(conn, with_share).await,
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok(groups) => {
+                for (group, kind) in groups {
+                    listing.entry(group).or_default().insert(kind);
+                }
+            }
+            Err(e) => {
+                let error = brokers.failed(&addr, e)?;
+                tracing::warn!(broker = addr, error, "cannot list the groups of a source broker");
+                report.listing_errors.push(format!("{addr}: {error}"));
+            }
+        }
+    }
+    Ok(Some(listing))
+}
+
+/// The ListGroups requests for one broker: (share listing, request).
+fn list_groups_requests(version: i16, with_share: bool) -> Vec<(bool, ListGroupsRequest)> {
+    if version < 5 {
+        // No types filter: every group is classic.
+        return vec![(false, ListGroupsRequest::default())];
+    }
+    let types = |t: &[&'static str]| t.iter().map(|t| StrBytes::from_static_str(t)).collect();
+    let mut requests = vec![(
+        false,
+        ListGroupsRequest::default().with_types_filter(types(&[GROUP_TYPE_CLASSIC, GROUP_TYPE_CONSUMER])),
+    )];
+    if with_share {
+        requests.push((
+            true,
+            ListGroupsRequest::default().with_types_filter(types(&[GROUP_TYPE_SHARE])),
+        ));
+    }
+    requests
+}
+
+fn listed_groups(share_listing: bool, response: &ListGroupsResponse) -> Vec<(String, GroupKind)> {
+    response
+        .groups
+        .iter()
+        .filter_map(|g| {
+            kind_of(share_listing, &g.group_type, &g.protocol_type).map(|kind| (g.group_id.0.to_string(), kind))
+        })
+        .collect()
+}
+
+/// One broker's consumer groups (and share groups, `with_share`).
+async fn list_at(conn: &mut Connection, with_share: bool) -> Result<Vec<(String, GroupKind)>, ClientError> {
+    let (min, max) = LIST_GROUPS_VERSIONS;
+    let version = conn.version_for::<ListGroupsRequest>(min, max)?;
+    let mut groups = Vec::new();
+    for (share_listing, request) in list_groups_requests(version, with_share) {
+        let response = conn.request(&request, version).await?;
+        if response.error_code != codes::NONE {
+            return Err(ClientError::ErrorCode {
+                addr: conn.addr().into(),
+                api: "ListGroups",
+                code: response.error_code,
+            });
+        }
+        groups.extend(listed_groups(share_listing, &response));
+    }
+    Ok(groups)
+}
+
+// ---- source offsets ----
+
+/// The mirrored partitions by topic.
+fn by_topic<'a>(partitions: impl IntoIterator<Item = &'a (String, i32)>) -> Topics {
+    let mut topics: Topics = Vec::new();
+    for (topic, partition) in partitions {
+        match topics.last_mut() {
+            Some((t, ps)) if t == topic => ps.push(*partition),
+            _ => topics.push((topic.clone(), vec![*partition])),
+        }
+    }
+    topics
+}
+
+/// The committed offsets of `groups` at the source, for `mirrored`
+/// partitions; groups that fail are reported and left out.
+async fn fetch_source_offsets(
+    brokers: &mut SourceBrokers<'_>,
+    groups: &[String],
+    mirrored: &BTreeSet<(String, i32)>,
+    report: &mut GroupSyncReport,
+) -> Result<BTreeMap<String, Offsets>, ClientError> {
+    let coordinators = find_coordinators(brokers, groups).await?;
+    let mut by_coordinator: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (group, coordinator) in coordinators {
+        match coordinator {
+            Ok(addr) => by_coordinator.entry(addr).or_default().push(group),
+            Err(error) => fail(report, group, format!("no coordinator at the source: {error}")),
+        }
+    }
+    let topics = by_topic(mirrored);
+    let mut out = BTreeMap::new();
+    for (addr, groups) in by_coordinator {
+        let fetched = match brokers.get(&addr).await {
+            Ok(conn) => fetch_offsets(conn, &groups, &topics, true, mirrored).await,
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(results) => {
+                for (group, offsets) in results {
+                    match offsets {
+                        Ok(offsets) => {
+                            out.insert(group, offsets);
+                        }
+                        Err(error) => fail(report, group, format!("OffsetFetch at the source: {error}")),
+                    }
+                }
+            }
+            Err(e) => {
+                let error = brokers.failed(&addr, e)?;
+                for group in groups {
+                    fail(report, group, format!("OffsetFetch at the source ({addr}): {error}"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn fail(report: &mut GroupSyncReport, group: String, error: String) {
+    tracing::warn!(group, error, "group offsets not synced this round");
+    report.groups.insert(group, GroupOutcome::Failed { error });
+}
+
+/// Each group's coordinator ("host:port") at the source, or why not.
+async fn find_coordinators(
+    brokers: &mut SourceBrokers<'_>,
+    groups: &[String],
+) -> Result<BTreeMap<String, Result<String, String>>, ClientError> {
+    let source_addr = brokers.source.addr().to_owned();
+    if !brokers.source.advertises(ApiKey::FindCoordinator as i16) {
+        return Ok(groups.iter().map(|g| (g.clone(), Ok(source_addr.clone()))).collect());
+    }
+    let (min, max) = FIND_COORDINATOR_VERSIONS;
+    let version = match brokers.source.version_for::<FindCoordinatorRequest>(min, max) {
+        Ok(v) => v,
+        Err(e) => return Ok(groups.iter().map(|g| (g.clone(), Err(e.to_string()))).collect()),
+    };
+    let mut out = BTreeMap::new();
+    let chunk = if version >= 4 { GROUPS_PER_REQUEST } else { 1 };
+    for keys in groups.chunks(chunk) {
+        let request = find_coordinator_request(version, keys);
+        match brokers.source.request(&request, version).await {
+            Ok(response) => out.extend(coordinators_from(version, keys, &response)),
+            Err(e) => {
+                let error = brokers.failed(&source_addr, e)?;
+                out.extend(keys.iter().map(|k| (k.clone(), Err(error.clone()))));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn find_coordinator_request(version: i16, keys: &[String]) -> FindCoordinatorRequest {
+    let request = FindCoordinatorRequest::default();
+    let request = if version >= 1 {
+        request.with_key_type(KEY_TYPE_GROUP)
+    } else {
+        request
+    };
+    if version >= 4 {
+        request.with_coordinator_keys(keys.iter().map(|k| s(k)).collect())
+    } else {
+        request.with_key(s(&keys[0]))
+    }
+}
+
+fn coordinators_from(
+    version: i16,
+    keys: &[String],
+    response: &FindCoordinatorResponse,
+) -> Vec<(String, Result<String, String>)> {
+    let answer = |code: i16, host: &StrBytes, port: i32| {
+        if code != codes::NONE {
+            Err(format!("FindCoordinator error code {code}"))
+        } else {
+            Ok(format!("{host}:{port}"))
+        }
+    };
+    if version < 4 {
+        return vec![(
+            keys[0].clone(),
+            answer(response.error_code, &response.host, response.port),
+        )];
+    }
+    keys.iter()
+        .map(|key| {
+            let found = response
+                .coordinators
+                .iter()
+                .find(|c| c.key.as_str() == key.as_str())
+                .map_or_else(
+                    || Err("FindCoordinator did not answer for the group".to_owned()),
+                    |c| answer(c.error_code, &c.host, c.port),
+                );
+            (key.clone(), found)
+        })
+        .collect()
+}
+
+/// The OffsetFetch request of `version` for `groups` (one below v8): all
+/// of each group's offsets when `all` (v7+ only), else `topics`.
+fn offset_fetch_request(version: i16, groups: &[(String, Topics)], all: bool) -> OffsetFetchRequest {
+    let all = all && version >= 7;
+    let request = OffsetFetchRequest::default();
+    let request = if version >= 7 {
+        request.with_require_stable(false)
+    } else {
+        request
+    };
+    if version >= 8 {
+        let groups = groups
+            .iter()
+            .map(|(group, topics)| {
+                let topics = (!all).then(|| {
+                    topics
+                        .iter()
+                        .map(|(t, ps)| {
+                            OffsetFetchRequestTopics::default()
+                                .with_name(TopicName(s(t)))
+                                .with_partition_indexes(ps.clone())
+                        })
+                        .collect()
+                });
+                let g = OffsetFetchRequestGroup::default()
+                    .with_group_id(GroupId(s(group)))
+                    .with_topics(topics);
+                if version >= 9 {
+                    g.with_member_id(None).with_member_epoch(-1)
+                } else {
+                    g
+                }
+            })
+            .collect();
+        return request.with_groups(groups);
+    }
+    let (group, topics) = &groups[0];
+    let topics = (!all).then(|| {
+        topics
+            .iter()
+            .map(|(t, ps)| {
+                OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(s(t)))
+                    .with_partition_indexes(ps.clone())
+            })
+            .collect()
+    });
+    request.with_group_id(GroupId(s(group))).with_topics(topics)
+}
+
+/// Keeps one partition's answer: committed (offset ≥ 0), no error, wanted.
+#[allow(clippy::too_many_arguments)]
+fn keep_partition(
+    out: &mut Offsets,
+    keep: &BTreeSet<(String, i32)>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: &Option<StrBytes>,
+    error_code: i16,
+) -> Result<(), String> {
+    match error_code {
+        codes::NONE => {}
+        COORDINATOR_LOAD_IN_PROGRESS | codes::COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR => {
+            return Err(format!("OffsetFetch error code {error_code}"));
+        }
+        code => {
+            tracing::debug!(topic, partition, code, "no committed offset (partition error)");
+            return Ok(());
+        }
+    }
+    let tp = (topic.to_owned(), partition);
+    if offset >= 0 && keep.contains(&tp) {
+        out.insert(
+            tp,
+            Committed {
+                offset,
+                leader_epoch,
+                metadata: metadata.as_ref().map(|m| m.to_string()),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// The committed offsets in an OffsetFetch answer of `version` for each
+/// group asked (`asked`, in order), those in `keep` only.
+fn offsets_from(
+    version: i16,
+    asked: &[String],
+    response: &OffsetFetchResponse,
+    keep: &BTreeSet<(String, i32)>,
+) -> Vec<(String, Result<Offsets, String>)> {
+    let group_error = |code: i16| match code {
+        codes::NONE => None,
+        // Not there (any more): nothing committed.
+        codes::GROUP_ID_NOT_FOUND => None,
+        code => Some(format!("OffsetFetch error code {code}")),
+    };
+    if version >= 8 {
+        return asked
+            .iter()
+            .map(|group| {
+                let Some(g) = response.groups.iter().find(|g| g.group_id.0.as_str() == group.as_str()) else {
+                    return (group.clone(), Err("OffsetFetch did not answer for the group".into()));
+                };
+                if let Some(e) = group_error(g.error_code) {
+                    return (group.clone(), Err(e));
+                }
+                let mut out = Offsets::new();
+                let kept = g.topics.iter().try_for_each(|t| {
+                    t.partitions.iter().try_for_each(|p| {
+                        keep_partition(
+                            &mut out,
+                            keep,
+                            &t.name.0,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            &p.metadata,
+                            p.error_code,
+                        )
+                    })
+                });
+                (group.clone(), kept.map(|()| out))
+            })
+            .collect();
+    }
+    let group = asked[0].clone();
+    if version >= 2
+        && let Some(e) = group_error(response.error_code)
+    {
+        return vec![(group, Err(e))];
+    }
+    let mut out = Offsets::new();
+    let kept = response.topics.iter().try_for_each(|t| {
+        t.partitions.iter().try_for_each(|p| {
+            keep_partition(
+                &mut out,
+                keep,
+                &t.name.0,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+                &p.metadata,
+                p.error_code,
+            )
+        })
+    });
+    vec![(group, kept.map(|()| out))]
+}
+
+/// Committed offsets of `groups` at `conn` (their coordinator): of
+/// `topics` for every group, or all of them when `all` and the broker
+/// speaks OffsetFetch v7+; those in `keep` only.
+async fn fetch_offsets(
+    conn: &mut Connection,
+    groups: &[String],
+    topics: &Topics,
+    all: bool,
+    keep: &BTreeSet<(String, i32)>,
+) -> Result<Vec<(String, Result<Offsets, String>)>, ClientError> {
+    let asks: Vec<(String, Topics)> = groups.iter().map(|g| (g.clone(), topics.clone())).collect();
+    fetch_offsets_of(conn, &asks, all, keep).await
+}
+
+/// [`fetch_offsets`] with each group's own topics.
+async fn fetch_offsets_of(
+    conn: &mut Connection,
+    asks: &[(String, Topics)],
+    all: bool,
+    keep: &BTreeSet<(String, i32)>,
+) -> Result<Vec<(String, Result<Offsets, String>)>, ClientError> {
+    let (min, max) = OFFSET_FETCH_VERSIONS;
+    let version = conn.version_for::<OffsetFetchRequest>(min, max)?;
+    let chunk = if version >= 8 { GROUPS_PER_REQUEST } else { 1 };
+    let mut out = Vec::with_capacity(asks.len());
+    for batch in asks.chunks(chunk) {
+        let request = offset_fetch_request(version, batch, all);
+        let response = conn.request(&request, version).await?;
+        let asked: Vec<String> = batch.iter().map(|(g, _)| g.clone()).collect();
+        out.extend(offsets_from(version, &asked, &response, keep));
+    }
+    Ok(out)
+}
+
+// ---- destination ----
+
+/// Whether a group in `state` (DescribeGroups) may take an admin commit.
+fn is_inactive(state: &str) -> bool {
+    state.eq_ignore_ascii_case("Empty") || state.eq_ignore_ascii_case("Dead")
+}
+
+/// Each group's state at the destination ("Dead" when unknown there), or
+/// the error it was described with.
+async fn destination_states(
+    destination: &mut Connection,
+    groups: &[String],
+) -> Result<BTreeMap<String, Result<String, String>>, ClientError> {
+    let (min, max) = DESCRIBE_GROUPS_VERSIONS;
+    let version = destination.version_for::<DescribeGroupsRequest>(min, max)?;
+    let mut out = BTreeMap::new();
+    for batch in groups.chunks(GROUPS_PER_REQUEST) {
+        let request = DescribeGroupsRequest::default().with_groups(batch.iter().map(|g| GroupId(s(g))).collect());
+        let response = destination.request(&request, version).await?;
+        for group in batch {
+            let state = match response.groups.iter().find(|d| d.group_id.0.as_str() == group.as_str()) {
+                None => Err("DescribeGroups did not answer for the group".to_owned()),
+                Some(d) => match d.error_code {
+                    codes::NONE => Ok(d.group_state.to_string()),
+                    codes::GROUP_ID_NOT_FOUND => Ok("Dead".to_owned()),
+                    code => Err(format!("DescribeGroups error code {code}")),
+                },
+            };
+            out.insert(group.clone(), state);
+        }
+    }
+    Ok(out)
+}
+
+/// The admin commit of `offsets` to `group`, at `version`.
+fn offset_commit_request(version: i16, group: &str, offsets: &Offsets) -> OffsetCommitRequest {
+    let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
+    for ((topic, partition), c) in offsets {
+        let mut p = OffsetCommitRequestPartition::default()
+            .with_partition_index(*partition)
+            .with_committed_offset(c.offset)
+            .with_committed_metadata(c.metadata.as_deref().map(s));
+        if version >= 6 {
+            p = p.with_committed_leader_epoch(c.leader_epoch);
+        }
+        match topics.last_mut() {
+            Some(t) if t.name.0.as_str() == topic.as_str() => t.partitions.push(p),
+            _ => topics.push(
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(s(topic)))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id_or_member_epoch(ADMIN_GENERATION)
+        .with_member_id(StrBytes::default())
+        .with_topics(topics);
+    if version <= 4 {
+        // "Keep for the broker's default retention."
+        request.with_retention_time_ms(-1)
+    } else {
+        request
+    }
+}
+
+/// (committed, refused) from an OffsetCommit answer.
+fn commit_results(response: &OffsetCommitResponse) -> (usize, BTreeMap<(String, i32), i16>) {
+    let mut committed = 0;
+    let mut refused = BTreeMap::new();
+    for t in &response.topics {
+        for p in &t.partitions {
+            if p.error_code == codes::NONE {
+                committed += 1;
+            } else {
+                refused.insert((t.name.0.to_string(), p.partition_index), p.error_code);
+            }
+        }
+    }
+    (committed, refused)
+}
+
+/// Commits the source's offsets of each group that is not active at the
+/// destination, where they differ from what the destination holds.
+async fn commit_at_destination(
+    destination: &mut Connection,
+    source_offsets: BTreeMap<String, Offsets>,
+    report: &mut GroupSyncReport,
+) -> Result<(), ClientError> {
+    let mut candidates = BTreeMap::new();
+    for (group, offsets) in source_offsets {
+        if offsets.is_empty() {
+            report.groups.insert(
+                group,
+                GroupOutcome::Synced {
+                    committed: 0,
+                    unchanged: 0,
+                    refused: BTreeMap::new(),
+                },
+            );
+        } else {
+            candidates.insert(group, offsets);
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = candidates.keys().cloned().collect();
+    let states = destination_states(destination, &names).await?;
+    let mut inactive = BTreeMap::new();
+    for (group, offsets) in candidates {
+        match states.get(&group) {
+            Some(Ok(state)) if is_inactive(state) => {
+                inactive.insert(group, offsets);
+            }
+            Some(Ok(state)) => {
+                tracing::debug!(group, state, "group active at the destination; offsets not synced");
+                report
+                    .groups
+                    .insert(group, GroupOutcome::Active { state: state.clone() });
+            }
+            Some(Err(error)) => fail(report, group, format!("at the destination: {error}")),
+            None => fail(report, group, "not described at the destination".into()),
+        }
+    }
+    if inactive.is_empty() {
+        return Ok(());
+    }
+    // What the destination holds already, so unchanged offsets are not
+    // written again; without an answer, everything is committed.
+    let asks: Vec<(String, Topics)> = inactive.iter().map(|(g, o)| (g.clone(), by_topic(o.keys()))).collect();
+    let keep: BTreeSet<(String, i32)> = inactive.values().flat_map(|o| o.keys().cloned()).collect();
+    let current: BTreeMap<String, Offsets> = match fetch_offsets_of(destination, &asks, false, &keep).await {
+        Ok(results) => results
+            .into_iter()
+            .filter_map(|(g, o)| o.ok().map(|o| (g, o)))
+            .collect(),
+        Err(e) if connection_failed(&e) => return Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the destination's offsets; committing all");
+            BTreeMap::new()
+        }
+    };
+    let (min, max) = OFFSET_COMMIT_VERSIONS;
+    let version = destination.version_for::<OffsetCommitRequest>(min, max)?;
+    for (group, offsets) in inactive {
+        let held = current.get(&group);
+        let (changed, unchanged): (Offsets, Offsets) = offsets
+            .into_iter()
+            .partition(|(tp, c)| !held.and_then(|h| h.get(tp)).is_some_and(|h| h.same_as(c)));
+        let unchanged = unchanged.len();
+        if changed.is_empty() {
+            report.groups.insert(
+                group,
+                GroupOutcome::Synced {
+                    committed: 0,
+                    unchanged,
+                    refused: BTreeMap::new(),
+                },
+            );
+            continue;
+        }
+        let request = offset_commit_request(version, &group, &changed);
+        let response = match destination.request(&request, version).await {
+            Ok(r) => r,
+            Err(e) if connection_failed(&e) => return Err(e),
+            Err(e) => {
+                fail(report, group, format!("OffsetCommit at the destination: {e}"));
+                continue;
+            }
+        };
+        let (committed, refused) = commit_results(&response);
+        if !refused.is_empty() {
+            tracing::warn!(group, refused = ?refused, "the destination refused some committed offsets");
+        }
+        report.groups.insert(
+            group,
+            GroupOutcome::Synced {
+                committed,
+                unchanged,
+                refused,
+            },
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    use glommio::net::TcpListener;
+    use glommio::{LocalExecutorBuilder, Placement};
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::list_groups_response::ListedGroup;
+    use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+    use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    use kafka_protocol::messages::offset_fetch_response::{
+        OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+        OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+    };
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsResponse, MetadataRequest, MetadataResponse,
+        RequestHeader, ResponseHeader,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+
+    fn tp(t: &str, p: i32) -> (String, i32) {
+        (t.to_owned(), p)
+    }
+
+    fn committed(offset: i64, leader_epoch: i32, metadata: &str) -> Committed {
+        Committed {
+            offset,
+            leader_epoch,
+            metadata: Some(metadata.to_owned()),
+        }
+    }
+
+    /// Encodes `request` at `version` and decodes it back, as a broker
+    /// would read it.
+    fn round_trip<R: Encodable + Decodable>(request: &R, version: i16) -> R {
+        let mut buf = Vec::new();
+        request
+            .encode(&mut buf, version)
+            .unwrap_or_else(|e| panic!("encode v{version}: {e}"));
+        let mut read = buf.as_slice();
+        let decoded = R::decode(&mut read, version).unwrap_or_else(|e| panic!("decode v{version}: {e}"));
+        assert!(read.is_empty(), "v{version}: bytes left over");
+        decoded
+    }
+
+    #[test]
+    fn the_filter_takes_named_and_matching_ids_and_exclude_wins() {
+        let all = GroupFilter::default();
+        assert!(all.wants("anything") && all.wants("__internal-looking") && all.named().is_empty());
+        let f = GroupFilter::new(["billing", "tmp-keep"], Some("app-.*"), Some("tmp-.*|app-test")).unwrap();
+        assert!(f.wants("billing") && f.wants("app-orders"));
+        assert!(!f.wants("tmp-keep"), "exclude wins over a named id");
+        assert!(!f.wants("app-test") && !f.wants("xapp-orders") && !f.wants("other"));
+        let named_only = GroupFilter::new(["a"], None, None).unwrap();
+        assert!(named_only.wants("a") && !named_only.wants("b"));
+        assert!(GroupFilter::new(Vec::<String>::new(), Some("("), None).is_err());
+    }
+
+    #[test]
+    fn listed_groups_are_sorted_by_type() {
+        // Consumer groups: classic of the consumer protocol or none (simple
+        // committers), and KIP-848 consumer groups; Connect's groups are not.
+        assert_eq!(kind_of(false, "", "consumer"), Some(GroupKind::Consumer));
+        assert_eq!(kind_of(false, "", ""), Some(GroupKind::Consumer));
+        assert_eq!(kind_of(false, "Classic", "consumer"), Some(GroupKind::Consumer));
+        assert_eq!(kind_of(false, "consumer", "consumer"), Some(GroupKind::Consumer));
+        assert_eq!(kind_of(false, "classic", "connect"), None);
+        assert_eq!(kind_of(false, "", "connect"), None);
+        // A share listing, or a group that says it is a share group.
+        assert_eq!(kind_of(true, "", ""), Some(GroupKind::Share));
+        assert_eq!(kind_of(false, "Share", ""), Some(GroupKind::Share));
+        assert_eq!(kind_of(false, "streams", ""), Some(GroupKind::Other("streams".into())));
+
+        let listing: Listing = [
+            ("app", vec![GroupKind::Consumer]),
+            ("dual", vec![GroupKind::Consumer, GroupKind::Share]),
+            ("queue", vec![GroupKind::Share]),
+            ("kstreams", vec![GroupKind::Other("streams".into())]),
+            ("tmp-1", vec![GroupKind::Consumer]),
+            ("named-share", vec![GroupKind::Share]),
+        ]
+        .into_iter()
+        .map(|(g, k)| (g.to_owned(), k.into_iter().collect()))
+        .collect();
+        let filter = GroupFilter::new(
+            ["named-share", "named-only"],
+            Some("app|dual|queue|kstreams|tmp-.*"),
+            Some("tmp-.*"),
+        )
+        .unwrap();
+        let mut report = GroupSyncReport::default();
+        let sync = plan(Some(listing), &filter, SHARE_GROUPS_UNSUPPORTED, &mut report);
+        assert_eq!(sync, ["app", "named-only"]);
+        assert!(report.listed);
+        assert_eq!(report.type_conflicts, BTreeSet::from(["dual".to_owned()]));
+        let skipped = |g: &str| match report.outcome(g) {
+            Some(GroupOutcome::Skipped { reason }) => reason.clone(),
+            other => panic!("{g}: {other:?}"),
+        };
+        assert_eq!(
+            skipped("queue"),
+            "share group: destination does not support share groups"
+        );
+        assert_eq!(
+            skipped("named-share"),
+            skipped("queue"),
+            "named, but still a share group"
+        );
+        assert!(skipped("kstreams").contains("streams"));
+        assert!(report.outcome("tmp-1").is_none() && report.outcome("app").is_none());
+
+        // A source that cannot list: the named groups only.
+        let mut report = GroupSyncReport::default();
+        assert_eq!(
+            plan(None, &filter, SHARE_GROUPS_UNSUPPORTED, &mut report),
+            ["named-only", "named-share"]
+        );
+        assert!(!report.listed && report.groups.is_empty());
+    }
+
+    #[test]
+    fn list_groups_asks_per_type_from_v5() {
+        let filters = |v, share| -> Vec<(bool, Vec<String>)> {
+            list_groups_requests(v, share)
+                .into_iter()
+                .map(|(is_share, r)| {
+                    let r = round_trip(&r, v);
+                    (is_share, r.types_filter.iter().map(|t| t.to_string()).collect())
+                })
+                .collect()
+        };
+        assert_eq!(filters(4, true), [(false, vec![])]);
+        assert_eq!(
+            filters(5, false),
+            [(false, vec!["classic".to_owned(), "consumer".to_owned()])]
+        );
+        assert_eq!(
+            filters(5, true),
+            [
+                (false, vec!["classic".to_owned(), "consumer".to_owned()]),
+                (true, vec!["share".to_owned()])
+            ]
+        );
+        let response = ListGroupsResponse::default().with_groups(vec![
+            ListedGroup::default()
+                .with_group_id(GroupId(s("a")))
+                .with_protocol_type(s("consumer"))
+                .with_group_type(s("classic")),
+            ListedGroup::default()
+                .with_group_id(GroupId(s("w")))
+                .with_protocol_type(s("connect"))
+                .with_group_type(s("classic")),
+            ListedGroup::default().with_group_id(GroupId(s("q"))),
+        ]);
+        assert_eq!(
+            listed_groups(false, &response),
+            [
+                ("a".to_owned(), GroupKind::Consumer),
+                ("q".to_owned(), GroupKind::Consumer)
+            ]
+        );
+        assert_eq!(listed_groups(true, &response)[1], ("q".to_owned(), GroupKind::Share));
+        assert_eq!(ApiKey::DescribeShareGroupOffsets as i16, 90);
+    }
+
+    #[test]
+    fn find_coordinator_batches_from_v4() {
+        let keys = ["g1".to_owned(), "g2".to_owned()];
+        for v in 0..=5 {
+            let r = round_trip(&find_coordinator_request(v, &keys[..if v >= 4 { 2 } else { 1 }]), v);
+            if v >= 4 {
+                assert_eq!(r.coordinator_keys, [s("g1"), s("g2")]);
+            } else {
+                assert_eq!(r.key, s("g1"));
+            }
+            assert_eq!(r.key_type, KEY_TYPE_GROUP);
+        }
+        let response = FindCoordinatorResponse::default().with_coordinators(vec![
+            Coordinator::default()
+                .with_key(s("g1"))
+                .with_host(s("h1"))
+                .with_port(9092),
+            Coordinator::default().with_key(s("g2")).with_error_code(15),
+        ]);
+        let found = coordinators_from(4, &[keys[0].clone(), keys[1].clone(), "g3".into()], &response);
+        assert_eq!(found[0], ("g1".into(), Ok("h1:9092".into())));
+        assert!(found[1].1.as_ref().unwrap_err().contains("15"));
+        assert!(found[2].1.is_err());
+        let single = FindCoordinatorResponse::default().with_host(s("h2")).with_port(1);
+        assert_eq!(coordinators_from(3, &keys[..1], &single)[0].1, Ok("h2:1".into()));
+    }
+
+    #[test]
+    fn offset_fetch_asks_all_from_v7_and_batches_from_v8() {
+        let topics: Topics = vec![("orders".into(), vec![0, 1]), ("pay".into(), vec![3])];
+        let asks = [("g1".to_owned(), topics.clone()), ("g2".to_owned(), topics.clone())];
+        for v in 1..=9 {
+            for all in [false, true] {
+                let batch = if v >= 8 { &asks[..] } else { &asks[..1] };
+                let r = round_trip(&offset_fetch_request(v, batch, all), v);
+                let asked_all = all && v >= 7;
+                if v >= 8 {
+                    assert_eq!(r.groups.len(), 2);
+                    let g = &r.groups[1];
+                    assert_eq!(g.group_id.0.as_str(), "g2");
+                    assert_eq!(g.topics.is_none(), asked_all, "v{v}");
+                    if let Some(ts) = &g.topics {
+                        assert_eq!(ts[0].partition_indexes, [0, 1]);
+                    }
+                    if v >= 9 {
+                        assert_eq!((g.member_id.as_ref(), g.member_epoch), (None, -1));
+                    }
+                } else {
+                    assert_eq!(r.group_id.0.as_str(), "g1");
+                    assert_eq!(r.topics.is_none(), asked_all, "v{v}");
+                    if let Some(ts) = &r.topics {
+                        assert_eq!(ts[1].name.0.as_str(), "pay");
+                        assert_eq!(ts[1].partition_indexes, [3]);
+                    }
+                }
+                assert!(!r.require_stable);
+            }
+        }
+    }
+
+    #[test]
+    fn offset_fetch_answers_keep_committed_mirrored_partitions() {
+        let keep: BTreeSet<_> = [tp("orders", 0), tp("orders", 1), tp("orders", 2)].into();
+        let p = |i, offset, error| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(i)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(4)
+                .with_metadata(Some(s("m")))
+                .with_error_code(error)
+        };
+        let response = OffsetFetchResponse::default().with_topics(vec![
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_partitions(vec![p(0, 10, 0), p(1, -1, 0), p(2, 7, 3)]),
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(s("unmirrored")))
+                .with_partitions(vec![p(0, 5, 0)]),
+        ]);
+        let got = offsets_from(6, &["g".into()], &response, &keep);
+        assert_eq!(got[0].0, "g");
+        let offsets = got[0].1.clone().unwrap();
+        assert_eq!(offsets, Offsets::from([(tp("orders", 0), committed(10, 4, "m"))]));
+        // A coordinator error is the group's, whichever level says it.
+        let moved = response.clone().with_topics(vec![
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_partitions(vec![p(0, -1, NOT_COORDINATOR)]),
+        ]);
+        assert!(offsets_from(1, &["g".into()], &moved, &keep)[0].1.is_err());
+        assert!(
+            offsets_from(6, &["g".into()], &response.clone().with_error_code(15), &keep)[0]
+                .1
+                .is_err()
+        );
+        // v1 has no group error code: it is not looked at.
+        assert!(
+            offsets_from(1, &["g".into()], &response.clone().with_error_code(15), &keep)[0]
+                .1
+                .is_ok()
+        );
+
+        let pp = |i, offset| {
+            OffsetFetchResponsePartitions::default()
+                .with_partition_index(i)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(2)
+                .with_metadata(None)
+        };
+        let batched = OffsetFetchResponse::default().with_groups(vec![
+            OffsetFetchResponseGroup::default()
+                .with_group_id(GroupId(s("a")))
+                .with_topics(vec![
+                    OffsetFetchResponseTopics::default()
+                        .with_name(TopicName(s("orders")))
+                        .with_partitions(vec![pp(2, 99)]),
+                ]),
+            OffsetFetchResponseGroup::default()
+                .with_group_id(GroupId(s("gone")))
+                .with_error_code(codes::GROUP_ID_NOT_FOUND),
+            OffsetFetchResponseGroup::default()
+                .with_group_id(GroupId(s("busy")))
+                .with_error_code(COORDINATOR_LOAD_IN_PROGRESS),
+        ]);
+        let asked = ["a".to_owned(), "gone".into(), "busy".into(), "missing".into()];
+        let got: BTreeMap<_, _> = offsets_from(8, &asked, &batched, &keep).into_iter().collect();
+        assert_eq!(
+            got["a"],
+            Ok(Offsets::from([(
+                tp("orders", 2),
+                Committed {
+                    offset: 99,
+                    leader_epoch: 2,
+                    metadata: None
+                }
+            )]))
+        );
+        assert_eq!(got["gone"], Ok(Offsets::new()));
+        assert!(got["busy"].is_err() && got["missing"].is_err());
+    }
+
+    #[test]
+    fn offset_commit_is_an_admin_commit_with_epochs_from_v6() {
+        let offsets = Offsets::from([
+            (tp("orders", 0), committed(10, 3, "meta")),
+            (tp("orders", 1), committed(1_000_000, 4, "")),
+            (
+                tp("pay", 0),
+                Committed {
+                    offset: 5,
+                    leader_epoch: -1,
+                    metadata: None,
+                },
+            ),
+        ]);
+        for v in 2..=9 {
+            let r = round_trip(&offset_commit_request(v, "g", &offsets), v);
+            assert_eq!(r.group_id.0.as_str(), "g");
+            assert_eq!((r.generation_id_or_member_epoch, r.member_id.as_str()), (-1, ""));
+            assert_eq!(r.group_instance_id, None);
+            assert_eq!(r.retention_time_ms, -1);
+            assert_eq!(r.topics.len(), 2);
+            let p = &r.topics[0].partitions;
+            assert_eq!(
+                (p[0].committed_offset, p[1].committed_offset),
+                (10, 1_000_000),
+                "offsets go as they are"
+            );
+            assert_eq!(p[0].committed_metadata.as_deref(), Some("meta"));
+            assert_eq!(r.topics[1].partitions[0].committed_metadata, None);
+            assert_eq!(p[1].committed_leader_epoch, if v >= 6 { 4 } else { -1 }, "v{v}");
+        }
+        let response = OffsetCommitResponse::default().with_topics(vec![
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_partitions(vec![
+                    OffsetCommitResponsePartition::default().with_partition_index(0),
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(1)
+                        .with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                ]),
+        ]);
+        assert_eq!(
+            commit_results(&response),
+            (
+                1,
+                BTreeMap::from([(tp("orders", 1), codes::UNKNOWN_TOPIC_OR_PARTITION)])
+            )
+        );
+        assert!(committed(1, 2, "").same_as(&Committed {
+            offset: 1,
+            leader_epoch: 2,
+            metadata: None
+        }));
+        assert!(!committed(1, 2, "").same_as(&committed(1, 3, "")));
+        assert!(is_inactive("Empty") && is_inactive("Dead") && is_inactive("empty"));
+        assert!(!is_inactive("Stable") && !is_inactive("PreparingRebalance") && !is_inactive("CompletingRebalance"));
+    }
+
+    // ---- a fake cluster, for the whole round ----
+
+    /// One fake broker: answers what the round asks from what is set here,
+    /// and records what it was asked.
+    #[derive(Default)]
+    struct Fake {
+        /// (api key, max version) advertised; min is 0 (1 for OffsetFetch, 2
+        /// for OffsetCommit, as the crate encodes).
+        apis: Vec<(i16, i16)>,
+        brokers: Vec<(i32, String)>,
+        /// Groups this broker coordinates: id → (protocol type, group type).
+        groups: BTreeMap<String, (&'static str, &'static str)>,
+        /// Where each group's coordinator is.
+        coordinators: BTreeMap<String, String>,
+        offsets: BTreeMap<String, Offsets>,
+        /// DescribeGroups states (unknown groups are not found).
+        states: BTreeMap<String, &'static str>,
+        /// (api key, version) of every request.
+        seen: Vec<(i16, i16)>,
+        list_filters: Vec<Vec<String>>,
+        commits: Vec<(String, i32, String)>,
+    }
+
+    type Shared = Rc<RefCell<Fake>>;
+    /// A topic's partitions and what each holds.
+    type Held = Vec<(i32, Option<Committed>)>;
+
+    impl Fake {
+        fn answer(&mut self, api: ApiKey, version: i16, buf: &mut &[u8]) -> Vec<u8> {
+            self.seen.push((api as i16, version));
+            let mut out = Vec::new();
+            match api {
+                ApiKey::ApiVersions => {
+                    ApiVersionsRequest::decode(buf, version).unwrap();
+                    let keys = self
+                        .apis
+                        .iter()
+                        .map(|&(key, max)| {
+                            let min = match key {
+                                k if k == ApiKey::OffsetFetch as i16 => 1,
+                                k if k == ApiKey::OffsetCommit as i16 => 2,
+                                _ => 0,
+                            };
+                            ApiVersion::default()
+                                .with_api_key(key)
+                                .with_min_version(min)
+                                .with_max_version(max)
+                        })
+                        .collect();
+                    ApiVersionsResponse::default()
+                        .with_api_keys(keys)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                ApiKey::Metadata => {
+                    let r = MetadataRequest::decode(buf, version).unwrap();
+                    assert_eq!(r.topics.map(|t| t.len()), Some(0), "brokers only");
+                    let brokers = self
+                        .brokers
+                        .iter()
+                        .map(|(id, addr)| {
+                            let (host, port) = addr.rsplit_once(':').unwrap();
+                            MetadataResponseBroker::default()
+                                .with_node_id(BrokerId(*id))
+                                .with_host(s(host))
+                                .with_port(port.parse().unwrap())
+                        })
+                        .collect();
+                    MetadataResponse::default()
+                        .with_brokers(brokers)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                ApiKey::ListGroups => {
+                    let r = ListGroupsRequest::decode(buf, version).unwrap();
+                    let types: Vec<String> = r.types_filter.iter().map(|t| t.to_lowercase()).collect();
+                    self.list_filters.push(types.clone());
+                    let groups = self
+                        .groups
+                        .iter()
+                        .filter(|(_, (_, group_type))| types.is_empty() || types.iter().any(|t| t == group_type))
+                        .map(|(id, (protocol_type, group_type))| {
+                            let g = ListedGroup::default()
+                                .with_group_id(GroupId(s(id)))
+                                .with_protocol_type(s(protocol_type));
+                            if version >= 5 {
+                                g.with_group_type(s(group_type))
+                            } else {
+                                g
+                            }
+                        })
+                        .collect();
+                    ListGroupsResponse::default()
+                        .with_groups(groups)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                ApiKey::FindCoordinator => {
+                    let r = FindCoordinatorRequest::decode(buf, version).unwrap();
+                    // Groups it knows nothing of are coordinated by the first broker.
+                    let addr = |key: &str| {
+                        let at = self.coordinators.get(key).unwrap_or(&self.brokers[0].1);
+                        let (host, port) = at.rsplit_once(':').unwrap();
+                        (s(host), port.parse::<i32>().unwrap())
+                    };
+                    let response = if version >= 4 {
+                        FindCoordinatorResponse::default().with_coordinators(
+                            r.coordinator_keys
+                                .iter()
+                                .map(|k| {
+                                    let (host, port) = addr(k);
+                                    Coordinator::default()
+                                        .with_key(k.clone())
+                                        .with_host(host)
+                                        .with_port(port)
+                                })
+                                .collect(),
+                        )
+                    } else {
+                        let (host, port) = addr(&r.key);
+                        FindCoordinatorResponse::default().with_host(host).with_port(port)
+                    };
+                    response.encode(&mut out, version).unwrap();
+                }
+                ApiKey::OffsetFetch => {
+                    let r = OffsetFetchRequest::decode(buf, version).unwrap();
+                    let answer = |group: &str, topics: Option<Topics>| -> Vec<(String, Held)> {
+                        let held = self.offsets.get(group).cloned().unwrap_or_default();
+                        match topics {
+                            None => by_topic(held.keys())
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    let v = ps.iter().map(|&p| (p, held.get(&(t.clone(), p)).cloned())).collect();
+                                    (t, v)
+                                })
+                                .collect(),
+                            Some(ts) => ts
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    let v = ps.iter().map(|&p| (p, held.get(&(t.clone(), p)).cloned())).collect();
+                                    (t, v)
+                                })
+                                .collect(),
+                        }
+                    };
+                    let fields = |c: Option<Committed>| {
+                        c.map_or((-1, -1, None), |c| {
+                            (c.offset, c.leader_epoch, c.metadata.as_deref().map(s))
+                        })
+                    };
+                    let response = if version >= 8 {
+                        let groups = r
+                            .groups
+                            .iter()
+                            .map(|g| {
+                                let topics = g.topics.as_ref().map(|ts| {
+                                    ts.iter()
+                                        .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                                        .collect()
+                                });
+                                let topics = answer(&g.group_id.0, topics)
+                                    .into_iter()
+                                    .map(|(t, ps)| {
+                                        let ps = ps
+                                            .into_iter()
+                                            .map(|(p, c)| {
+                                                let (o, e, m) = fields(c);
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(e)
+                                                    .with_metadata(m)
+                                            })
+                                            .collect();
+                                        OffsetFetchResponseTopics::default()
+                                            .with_name(TopicName(s(&t)))
+                                            .with_partitions(ps)
+                                    })
+                                    .collect();
+                                OffsetFetchResponseGroup::default()
+                                    .with_group_id(g.group_id.clone())
+                                    .with_topics(topics)
+                            })
+                            .collect();
+                        OffsetFetchResponse::default().with_groups(groups)
+                    } else {
+                        let topics = r.topics.as_ref().map(|ts| {
+                            ts.iter()
+                                .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                                .collect()
+                        });
+                        let topics = answer(&r.group_id.0, topics)
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                let ps = ps
+                                    .into_iter()
+                                    .map(|(p, c)| {
+                                        let (o, e, m) = fields(c);
+                                        let p = OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(o)
+                                            .with_metadata(m);
+                                        if version >= 5 {
+                                            p.with_committed_leader_epoch(e)
+                                        } else {
+                                            p
+                                        }
+                                    })
+                                    .collect();
+                                OffsetFetchResponseTopic::default()
+                                    .with_name(TopicName(s(&t)))
+                                    .with_partitions(ps)
+                            })
+                            .collect();
+                        OffsetFetchResponse::default().with_topics(topics)
+                    };
+                    response.encode(&mut out, version).unwrap();
+                }
+                ApiKey::DescribeGroups => {
+                    let r = DescribeGroupsRequest::decode(buf, version).unwrap();
+                    let groups = r
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            let d = DescribedGroup::default().with_group_id(g.clone());
+                            match self.states.get(g.0.as_str()) {
+                                Some(state) => d.with_group_state(s(state)),
+                                None if version >= 6 => {
+                                    d.with_group_state(s("Dead")).with_error_code(codes::GROUP_ID_NOT_FOUND)
+                                }
+                                None => d.with_group_state(s("Dead")),
+                            }
+                        })
+                        .collect();
+                    DescribeGroupsResponse::default()
+                        .with_groups(groups)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                ApiKey::OffsetCommit => {
+                    let r = OffsetCommitRequest::decode(buf, version).unwrap();
+                    let group = r.group_id.0.to_string();
+                    self.commits
+                        .push((group.clone(), r.generation_id_or_member_epoch, r.member_id.to_string()));
+                    let held = self.offsets.entry(group).or_default();
+                    let topics = r
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            let ps = t
+                                .partitions
+                                .iter()
+                                .map(|p| {
+                                    held.insert(
+                                        (t.name.0.to_string(), p.partition_index),
+                                        Committed {
+                                            offset: p.committed_offset,
+                                            leader_epoch: p.committed_leader_epoch,
+                                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                                        },
+                                    );
+                                    OffsetCommitResponsePartition::default().with_partition_index(p.partition_index)
+                                })
+                                .collect();
+                            OffsetCommitResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(ps)
+                        })
+                        .collect();
+                    OffsetCommitResponse::default()
+                        .with_topics(topics)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                other => panic!("the fake broker was asked {other:?}"),
+            }
+            out
+        }
+    }
+
+    /// Serves `fake` on `listener`, one task per connection.
+    async fn serve(listener: TcpListener, fake: Shared) {
+        loop {
+            let Ok(mut stream) = listener.accept().await else {
+                return;
+            };
+            let fake = Rc::clone(&fake);
+            glommio::spawn_local(async move {
+                loop {
+                    let mut len = [0u8; 4];
+                    if stream.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+                    stream.read_exact(&mut frame).await.unwrap();
+                    let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
+                    let version = i16::from_be_bytes([frame[2], frame[3]]);
+                    let mut buf = frame.as_slice();
+                    let header = RequestHeader::decode(&mut buf, api.request_header_version(version)).unwrap();
+                    let body = fake.borrow_mut().answer(api, version, &mut buf);
+                    let mut out = vec![0u8; 4];
+                    ResponseHeader::default()
+                        .with_correlation_id(header.correlation_id)
+                        .encode(&mut out, api.response_header_version(version))
+                        .unwrap();
+                    out.extend_from_slice(&body);
+                    let n = (out.len() - 4) as i32;
+                    out[..4].copy_from_slice(&n.to_be_bytes());
+                    stream.write_all(&out).await.unwrap();
+                }
+            })
+            .detach();
+        }
+    }
+
+    fn listen(fake: &Shared) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        glommio::spawn_local(serve(listener, Rc::clone(fake))).detach();
+        addr
+    }
+
+    fn on_glommio<T: Send + 'static, G: std::future::Future<Output = T> + 'static>(
+        f: impl FnOnce() -> G + Send + 'static,
+    ) -> T {
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .name("group-sync-test")
+            .io_memory(1 << 20)
+            .spawn(f)
+            .expect("executor")
+            .join()
+            .expect("join")
+    }
+
+    /// The highest versions of the group APIs a fake broker speaks.
+    struct Versions {
+        list_groups: i16,
+        find_coordinator: i16,
+        offset_fetch: i16,
+        describe_groups: i16,
+        offset_commit: i16,
+    }
+
+    /// As a Kafka 4 broker.
+    const NEW: Versions = Versions {
+        list_groups: 5,
+        find_coordinator: 5,
+        offset_fetch: 9,
+        describe_groups: 6,
+        offset_commit: 9,
+    };
+    /// Before types filters, batched coordinators, batched and "all"
+    /// offset fetches, not-found groups and committed leader epochs.
+    const OLD: Versions = Versions {
+        list_groups: 4,
+        find_coordinator: 3,
+        offset_fetch: 6,
+        describe_groups: 5,
+        offset_commit: 5,
+    };
+
+    fn source_apis(share: bool, v: &Versions) -> Vec<(i16, i16)> {
+        let mut apis = vec![
+            (ApiKey::ApiVersions as i16, 3),
+            (ApiKey::Metadata as i16, 12),
+            (ApiKey::ListGroups as i16, v.list_groups),
+            (ApiKey::FindCoordinator as i16, v.find_coordinator),
+            (ApiKey::OffsetFetch as i16, v.offset_fetch),
+        ];
+        if share {
+            apis.push((ApiKey::DescribeShareGroupOffsets as i16, 0));
+        }
+        apis
+    }
+
+    fn destination_apis(v: &Versions) -> Vec<(i16, i16)> {
+        vec![
+            (ApiKey::ApiVersions as i16, 3),
+            (ApiKey::DescribeGroups as i16, v.describe_groups),
+            (ApiKey::OffsetFetch as i16, v.offset_fetch),
+            (ApiKey::OffsetCommit as i16, v.offset_commit),
+        ]
+    }
+
+    struct Round {
+        report: GroupSyncReport,
+        source: Vec<Fake>,
+        destination: Fake,
+    }
+
+    /// Two source brokers and a destination, set up by `setup`; runs
+    /// `rounds` sync rounds (the last one's report is returned).
+    fn run_rounds(
+        versions: &'static Versions,
+        share: bool,
+        filter: GroupFilter,
+        rounds: usize,
+        setup: fn(&mut [Fake; 2], &[String; 2], &mut Fake),
+    ) -> Round {
+        on_glommio(move || async move {
+            let brokers = [
+                Rc::new(RefCell::new(Fake::default())),
+                Rc::new(RefCell::new(Fake::default())),
+            ];
+            let destination = Rc::new(RefCell::new(Fake::default()));
+            let addrs = [listen(&brokers[0]), listen(&brokers[1])];
+            let dest_addr = listen(&destination);
+            {
+                let mut b0 = brokers[0].borrow_mut();
+                let mut b1 = brokers[1].borrow_mut();
+                let mut d = destination.borrow_mut();
+                for (b, _) in [(&mut *b0, 1), (&mut *b1, 2)] {
+                    b.apis = source_apis(share, versions);
+                    b.brokers = vec![(1, addrs[0].clone()), (2, addrs[1].clone())];
+                }
+                d.apis = destination_apis(versions);
+                let mut pair = [std::mem::take(&mut *b0), std::mem::take(&mut *b1)];
+                setup(&mut pair, &addrs, &mut d);
+                let [p0, p1] = pair;
+                *b0 = p0;
+                *b1 = p1;
+            }
+            let mirrored: BTreeSet<_> = [tp("orders", 0), tp("orders", 1), tp("orders", 2)].into();
+            let options = ConnectionOptions::default();
+            let mut source = Connection::connect(&addrs[0], options.clone()).await.unwrap();
+            let mut dest = Connection::connect(&dest_addr, options).await.unwrap();
+            let mut report = GroupSyncReport::default();
+            for _ in 0..rounds {
+                report = sync_group_offsets(&mut source, &mut dest, &mirrored, &filter)
+                    .await
+                    .unwrap();
+            }
+            let take = |f: &Shared| std::mem::take(&mut *f.borrow_mut());
+            Round {
+                report,
+                source: vec![take(&brokers[0]), take(&brokers[1])],
+                destination: take(&destination),
+            }
+        })
+    }
+
+    /// The scenario: "app" (broker 1, coordinated by broker 2), "local"
+    /// (broker 1), "busy" (active at the destination), "queue" (a share
+    /// group), "dual" (a consumer group at broker 1 and a share group at
+    /// broker 2), "connect" (Connect's workers), "tmp-x" (filtered out).
+    fn scenario(brokers: &mut [Fake; 2], addrs: &[String; 2], destination: &mut Fake) {
+        let [b1, b2] = brokers;
+        for (g, types) in [
+            ("app", ("consumer", "classic")),
+            ("local", ("", "classic")),
+            ("busy", ("consumer", "consumer")),
+            ("dual", ("consumer", "classic")),
+            ("connect", ("connect", "classic")),
+            ("tmp-x", ("consumer", "classic")),
+        ] {
+            b1.groups.insert(g.into(), types);
+        }
+        for g in ["queue", "dual"] {
+            b2.groups.insert(g.into(), ("", "share"));
+        }
+        let offsets = Offsets::from([
+            (tp("orders", 0), committed(10, 3, "m0")),
+            (tp("orders", 1), committed(1_000_000, 4, "")),
+            (tp("unmirrored", 0), committed(7, 1, "")),
+        ]);
+        for b in [&mut *b1, &mut *b2] {
+            for g in ["app", "local", "busy", "dual", "connect", "tmp-x"] {
+                let at = if g == "app" { &addrs[1] } else { &addrs[0] };
+                b.coordinators.insert(g.into(), at.clone());
+            }
+        }
+        b2.offsets.insert("app".into(), offsets.clone());
+        b1.offsets
+            .insert("local".into(), Offsets::from([(tp("orders", 2), committed(5, 0, "x"))]));
+        b1.offsets.insert("busy".into(), offsets.clone());
+        b1.offsets.insert("tmp-x".into(), offsets);
+        destination.states.insert("busy".into(), "Stable");
+        destination.states.insert("local".into(), "Empty");
+        destination
+            .offsets
+            .insert("busy".into(), Offsets::from([(tp("orders", 0), committed(1, 1, ""))]));
+    }
+
+    #[test]
+    fn a_round_syncs_consumer_groups_and_skips_active_share_and_conflicting_ones() {
+        let filter = GroupFilter::new(Vec::<String>::new(), Some(".*"), Some("tmp-.*")).unwrap();
+        let round = run_rounds(&NEW, true, filter.clone(), 1, scenario);
+        let r = &round.report;
+        assert!(r.listed && r.listing_errors.is_empty(), "{r:?}");
+        assert_eq!(r.type_conflicts, BTreeSet::from(["dual".to_owned()]));
+        let synced = |g: &str| match r.outcome(g) {
+            Some(GroupOutcome::Synced {
+                committed,
+                unchanged,
+                refused,
+            }) => (*committed, *unchanged, refused.len()),
+            other => panic!("{g}: {other:?}"),
+        };
+        assert_eq!(synced("app"), (2, 0, 0));
+        assert_eq!(synced("local"), (1, 0, 0));
+        assert_eq!(
+            r.outcome("busy"),
+            Some(&GroupOutcome::Active { state: "Stable".into() })
+        );
+        assert_eq!(
+            r.outcome("queue"),
+            Some(&GroupOutcome::Skipped {
+                reason: format!("share group: {SHARE_GROUPS_UNSUPPORTED}")
+            })
+        );
+        assert!(r.outcome("dual").is_none() && r.outcome("connect").is_none() && r.outcome("tmp-x").is_none());
+        assert_eq!(r.groups.len(), 4);
+        assert_eq!(r.committed(), 3);
+
+        let d = &round.destination;
+        assert_eq!(
+            d.offsets["app"],
+            Offsets::from([
+                (tp("orders", 0), committed(10, 3, "m0")),
+                (tp("orders", 1), committed(1_000_000, 4, "")),
+            ]),
+            "mirrored partitions only, epochs and metadata kept, an offset past the log end as it is"
+        );
+        assert_eq!(
+            d.offsets["local"],
+            Offsets::from([(tp("orders", 2), committed(5, 0, "x"))])
+        );
+        assert_eq!(
+            d.offsets["busy"],
+            Offsets::from([(tp("orders", 0), committed(1, 1, ""))]),
+            "an active group is left alone"
+        );
+        assert!(!d.offsets.contains_key("dual") && !d.offsets.contains_key("queue"));
+        assert!(
+            d.commits
+                .iter()
+                .all(|(_, generation, member)| *generation == -1 && member.is_empty())
+        );
+        // Batched: one DescribeGroups, one OffsetFetch, a commit per group.
+        let count = |f: &Fake, api: ApiKey| f.seen.iter().filter(|(k, _)| *k == api as i16).count();
+        assert_eq!(count(d, ApiKey::DescribeGroups), 1);
+        assert_eq!(count(d, ApiKey::OffsetFetch), 1);
+        assert_eq!(count(d, ApiKey::OffsetCommit), 2);
+
+        // Each source broker was asked per type, and only the coordinators
+        // for offsets (all of them, v9, batched).
+        let [b1, b2] = [&round.source[0], &round.source[1]];
+        for b in [b1, b2] {
+            assert_eq!(
+                b.list_filters,
+                [
+                    vec!["classic".to_owned(), "consumer".to_owned()],
+                    vec!["share".to_owned()]
+                ]
+            );
+        }
+        assert_eq!(count(b1, ApiKey::FindCoordinator), 1);
+        assert_eq!(count(b2, ApiKey::FindCoordinator), 0);
+        assert_eq!(count(b1, ApiKey::OffsetFetch), 1);
+        assert_eq!(count(b2, ApiKey::OffsetFetch), 1);
+        assert!(b1.seen.contains(&(ApiKey::OffsetFetch as i16, 9)));
+
+        // A second round finds everything in place: nothing is written.
+        let round = run_rounds(&NEW, true, filter, 2, scenario);
+        assert_eq!(
+            round.report.outcome("app"),
+            Some(&GroupOutcome::Synced {
+                committed: 0,
+                unchanged: 2,
+                refused: BTreeMap::new()
+            })
+        );
+        assert_eq!(round.destination.commits.len(), 2, "only the first round committed");
+    }
+
+    #[test]
+    fn without_share_group_apis_the_source_is_listed_once_per_broker() {
+        // The source speaks no share-group APIs: "dual" is listed only as a
+        // consumer group; nothing is in conflict.
+        let round = run_rounds(&NEW, false, GroupFilter::default(), 1, scenario);
+        let r = &round.report;
+        assert!(r.type_conflicts.is_empty());
+        assert!(matches!(
+            r.outcome("dual"),
+            Some(GroupOutcome::Synced { committed: 0, .. })
+        ));
+        assert!(r.outcome("queue").is_none());
+        assert_eq!(
+            round.source[0].list_filters,
+            [vec!["classic".to_owned(), "consumer".to_owned()]]
+        );
+    }
+
+    #[test]
+    fn older_versions_go_group_by_group() {
+        // ListGroups v4 (no types), FindCoordinator v3, OffsetFetch v6
+        // (named partitions), DescribeGroups v5, OffsetCommit v5 (no epochs).
+        let round = run_rounds(&OLD, true, GroupFilter::default(), 1, scenario);
+        let r = &round.report;
+        assert!(
+            r.type_conflicts.is_empty(),
+            "no types filter below v5: no share listing"
+        );
+        assert!(matches!(
+            r.outcome("app"),
+            Some(GroupOutcome::Synced { committed: 2, .. })
+        ));
+        assert!(matches!(
+            r.outcome("tmp-x"),
+            Some(GroupOutcome::Synced { committed: 2, .. })
+        ));
+        let app = &round.destination.offsets["app"];
+        assert_eq!(app[&tp("orders", 0)].offset, 10);
+        assert_eq!(
+            app[&tp("orders", 0)].leader_epoch,
+            -1,
+            "OffsetCommit v5 carries no epoch"
+        );
+        let b1 = &round.source[0];
+        assert_eq!(b1.list_filters, [Vec::<String>::new()]);
+        let fetches: Vec<_> = b1
+            .seen
+            .iter()
+            .filter(|(k, _)| *k == ApiKey::OffsetFetch as i16)
+            .collect();
+        assert!(
+            fetches.len() >= 4 && fetches.iter().all(|(_, v)| *v == 6),
+            "{fetches:?}"
+        );
+    }
+
+    #[test]
+    fn a_source_that_cannot_list_syncs_the_named_groups() {
+        fn unlisted(brokers: &mut [Fake; 2], addrs: &[String; 2], destination: &mut Fake) {
+            scenario(brokers, addrs, destination);
+            for b in brokers.iter_mut() {
+                b.apis.retain(|(k, _)| *k != ApiKey::ListGroups as i16);
+            }
+        }
+        let filter = GroupFilter::new(["app", "nobody"], None, None).unwrap();
+        let round = run_rounds(&NEW, false, filter, 1, unlisted);
+        let r = &round.report;
+        assert!(!r.listed);
+        assert_eq!(r.groups.keys().collect::<Vec<_>>(), ["app", "nobody"]);
+        assert!(matches!(
+            r.outcome("app"),
+            Some(GroupOutcome::Synced { committed: 2, .. })
+        ));
+        assert!(matches!(
+            r.outcome("nobody"),
+            Some(GroupOutcome::Synced { committed: 0, .. })
+        ));
+        assert!(round.source[0].list_filters.is_empty());
+    }
+
+    #[test]
+    fn nothing_mirrored_asks_nothing() {
+        on_glommio(|| async {
+            let fake = Rc::new(RefCell::new(Fake {
+                apis: source_apis(true, &NEW),
+                ..Fake::default()
+            }));
+            let addr = listen(&fake);
+            let mut a = Connection::connect(&addr, ConnectionOptions::default()).await.unwrap();
+            let mut b = Connection::connect(&addr, ConnectionOptions::default()).await.unwrap();
+            let report = sync_group_offsets(&mut a, &mut b, &BTreeSet::new(), &GroupFilter::default())
+                .await
+                .unwrap();
+            assert_eq!(report, GroupSyncReport::default());
+            assert!(fake.borrow().seen.iter().all(|(k, _)| *k == ApiKey::ApiVersions as i16));
+        });
+    }
+}
