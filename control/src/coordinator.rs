@@ -139,8 +139,10 @@ struct Mirror {
     sync_failures: u32,
     last_sync_ms: Option<u64>,
     sync_error: Option<String>,
-    /// Named topics already reported missing (so the log is not flooded).
+    /// Named topics already reported missing, and topics reported held by
+    /// another mirror (so the log is not flooded).
     reported_missing: BTreeSet<String>,
+    reported_conflicts: BTreeSet<String>,
     /// Sync is halted: the source's cluster id is not the recorded one.
     halted: bool,
     /// Partitions found by the last round that wait for their last mirror
@@ -223,6 +225,7 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
         last_sync_ms: None,
         sync_error: None,
         reported_missing: BTreeSet::new(),
+        reported_conflicts: BTreeSet::new(),
         halted: false,
         to_prepare: Vec::new(),
         topics: BTreeSet::new(),
@@ -720,12 +723,24 @@ impl Core {
         self.stop_gone_topics(name, metadata);
         let mut added = 0;
         for (key, tp, sle) in found {
-            if let Some(other) = self.by_tp.get(&(name.to_owned(), tp.clone())) {
-                tracing::error!(mirror = name, %tp, stored_topic_id = ?other.topic_id, "source topic id changed (topic recreated?); not mirroring the new one");
-                continue;
-            }
-            if let Some(((other, _), _)) = self.by_tp.iter().find(|((mirror, t), _)| *t == tp && mirror != name) {
-                tracing::error!(mirror = name, other, %tp, "partition is already mirrored by another mirror; each destination partition has one source");
+            // Decided per topic, so that a topic never mixes partitions of
+            // two sources: another mirror holding any partition of it (a
+            // stopped one is local now and may be claimed), or this mirror
+            // holding it under another topic id (recreated at the source).
+            let holder = self.partitions.iter().find(|(k, p)| {
+                p.tp.topic == tp.topic
+                    && ((k.mirror != name && p.record.state != State::Stopped)
+                        || (k.mirror == name && k.topic_id != key.topic_id))
+            });
+            if let Some((other, _)) = holder {
+                let m = self.mirrors.get_mut(name).expect("exists");
+                if m.reported_conflicts.insert(tp.topic.clone()) {
+                    if other.mirror == name {
+                        tracing::error!(mirror = name, topic = tp.topic, "source topic id changed (topic recreated?); not mirroring the new one");
+                    } else {
+                        tracing::error!(mirror = name, other = other.mirror, topic = tp.topic, "topic is already mirrored by another mirror; each destination topic has one source");
+                    }
+                }
                 continue;
             }
             let record = PartitionRecord {
