@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{ShardEvent, StopReason, shard_for};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
 use ringmirror_dataplane::serve::{
-    CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
+    AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
@@ -261,6 +261,8 @@ impl Agent {
         let producer_ids = Arc::new(
             ProducerIds::open(config.data_dir.join(AGENT_STATE_DIR)).context("open the producer id allocator")?,
         );
+        let acls =
+            Arc::new(AclStore::open(config.data_dir.join(AGENT_STATE_DIR).join("acls")).context("open the ACL store")?);
         let log_dir = Arc::new(log_dir);
         let on_disk = log_dir
             .partitions_on_disk()
@@ -280,6 +282,7 @@ impl Agent {
                 ready: ready_tx.clone(),
                 catalog: Arc::clone(&catalog),
                 mirror_reports: Arc::clone(&mirror_reports),
+                acls: Arc::clone(&acls),
                 producer_ids: Arc::clone(&producer_ids),
                 links: Arc::clone(&links),
                 end,
@@ -360,6 +363,7 @@ impl Agent {
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
                 listener_addr: listener_addr.map(|a| a.to_string()),
                 reports: Arc::clone(&mirror_reports),
+                catalog: Arc::clone(&catalog),
                 io_memory_bytes: io_memory,
             },
             first_round_tx,
@@ -579,7 +583,10 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             s.log_end_offset = log_end_offset;
             s.stopped = None;
         }
-        ShardEvent::Checkpoint { .. } | ShardEvent::EpochBumpDue { .. } | ShardEvent::FetchStats { .. } => {}
+        ShardEvent::Checkpoint { .. }
+        | ShardEvent::EpochBumpDue { .. }
+        | ShardEvent::FetchStats { .. }
+        | ShardEvent::Paused { .. } => {}
         ShardEvent::BadBatch {
             mirror,
             tp,

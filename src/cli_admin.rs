@@ -448,6 +448,7 @@ fn describe(d: &MirrorDescription) -> String {
                 or_dash(c.groups_exclude.as_deref())
             ),
         ),
+        ("acls", if d.acls.is_empty() { "-".into() } else { d.acls.clone() }),
         (
             "groups synced",
             d.groups_synced_ms.map(utc_time).unwrap_or_else(|| "never".into()),
@@ -457,6 +458,9 @@ fn describe(d: &MirrorDescription) -> String {
     let mut out = String::new();
     for (key, value) in fields {
         let _ = writeln!(out, "{:<width$} {value}", format!("{key}:"));
+    }
+    for (topic, outcome) in &d.topic_configs {
+        let _ = writeln!(out, "  topic {topic} configs: {outcome}");
     }
     for (group, outcome) in &d.groups {
         let _ = writeln!(out, "  group {group}: {outcome}");

@@ -23,13 +23,11 @@ mod common;
 mod mock_source;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -49,8 +47,6 @@ use ringmirror_dataplane::log::TopicPartition;
 /// Every wait in these tests is bounded by this.
 const DEADLINE: Duration = Duration::from_secs(60);
 const SEGMENT_BYTES: u64 = 65536;
-/// Small enough to fit next to the agents' shards under a low RLIMIT_MEMLOCK.
-const IO_MEMORY_BYTES: usize = 1 << 20;
 
 // ---------------------------------------------------------------------------
 // Log capture: what the coordinator and the agents log, to look for lines
@@ -416,26 +412,11 @@ fn numbered_in(names: &[String], from: u64, to: u64) -> usize {
 // Our Kafka client, on a glommio executor of its own
 // ---------------------------------------------------------------------------
 
-fn on_glommio<T, G, F>(f: F) -> T
-where
-    F: FnOnce() -> G + Send + 'static,
-    G: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .name("test-client")
-        .io_memory(IO_MEMORY_BYTES)
-        .spawn(f)
-        .expect("start executor")
-        .join()
-        .expect("executor")
-}
-
 /// The metadata an agent answers for `topics`, as a mirror's coordinator reads it.
 fn metadata(addr: &str, topics: &[&str]) -> SourceMetadata {
     let addr = addr.to_owned();
     let topics: Vec<String> = topics.iter().map(|t| (*t).to_owned()).collect();
-    on_glommio(move || async move {
+    common::on_glommio(move || async move {
         let mut conn = Connection::connect(&addr, ConnectionOptions::default())
             .await
             .expect("connect");
@@ -447,7 +428,7 @@ fn metadata(addr: &str, topics: &[&str]) -> SourceMetadata {
 /// asked on behalf of `cluster_id` (DescribeClusterMirrors).
 fn lmes_at(addr: &str, cluster_id: &str, topic_id: [u8; 16], partitions: Vec<i32>) -> BTreeMap<([u8; 16], i32), i32> {
     let (addr, cluster_id) = (addr.to_owned(), cluster_id.to_owned());
-    on_glommio(move || async move {
+    common::on_glommio(move || async move {
         let mut conn = Connection::connect(&addr, ConnectionOptions::default())
             .await
             .expect("connect");

@@ -19,13 +19,11 @@ mod common;
 mod mock_source;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
@@ -46,8 +44,6 @@ use common::KafkaConnection;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Small enough to fit next to the agents' shards under a low RLIMIT_MEMLOCK.
-const IO_MEMORY_BYTES: usize = 1 << 20;
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 3;
 /// At the source, never mirrored.
@@ -65,22 +61,6 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
-/// Runs `f`'s future on a glommio executor of its own and returns its output.
-fn on_glommio<T, G, F>(f: F) -> T
-where
-    F: FnOnce() -> G + Send + 'static,
-    G: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .name("group-sync")
-        .io_memory(IO_MEMORY_BYTES)
-        .spawn(f)
-        .expect("start executor")
-        .join()
-        .expect("executor")
-}
-
 fn mirrored() -> BTreeSet<(String, i32)> {
     (0..PARTITIONS).map(|p| (TOPIC.to_owned(), p)).collect()
 }
@@ -92,7 +72,7 @@ fn sync(source: &str, destination: &str, filter: &GroupFilter) -> GroupSyncRepor
     let source = source.split(',').next().expect("an address").to_owned();
     let destination = destination.to_owned();
     let filter = filter.clone();
-    on_glommio(move || async move {
+    common::on_glommio(move || async move {
         let options = ConnectionOptions {
             client_id: "group-sync-test".into(),
             connect_timeout: IO_TIMEOUT,

@@ -367,3 +367,48 @@ fn recovery_points_are_checkpointed_while_running() {
     agent.stop().expect("clean stop");
     assert!(dir.path().join(".kafka_cleanshutdown").exists());
 }
+
+/// The destination leader epoch stays above the source's as the source's
+/// leader moves again and again (each move bumps the source epoch): the
+/// coordinator bumps it ahead of time (proactive and periodic triggers),
+/// Metadata at the agent never reports less than the source's epoch, and
+/// the log stays byte-identical.
+#[test]
+fn the_destination_epoch_stays_above_the_source_epoch() {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    let cluster = MockCluster::new(2).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    cluster.create_topic("moving", 1, 1).expect("create topic");
+    let tps = partitions(&[("moving", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    produce(&bootstrap, "moving", 1, 50, "none", 0);
+    let agent = Agent::start(config(dir.path(), &bootstrap, &["moving"])).expect("start agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    let destination_epoch = || match agent.admin(AdminRequest::Metrics).unwrap() {
+        AdminAnswer::Metrics { metrics } => {
+            let p = &metrics.partitions[0];
+            (p.view.destination_leader_epoch, p.epoch_bumps)
+        }
+        other => panic!("{other:?}"),
+    };
+    let (first, _) = destination_epoch();
+    // Twelve moves take the source's epoch past the first destination epoch.
+    for round in 0..12 {
+        cluster.partition_leader("moving", 0, Some(1 + round % 2)).unwrap();
+        produce(&bootstrap, "moving", 1, 20, "none", 1000 + round as u64 * 100);
+        wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+        let source_epoch = mirrored_batches(dir.path(), &tps[0])
+            .last()
+            .map(|(_, b)| common::batch_view(b).partition_leader_epoch())
+            .unwrap();
+        let (now, _) = destination_epoch();
+        assert!(
+            now > source_epoch,
+            "round {round}: destination epoch {now} not above the source's {source_epoch}"
+        );
+    }
+    let (last, bumps) = destination_epoch();
+    assert!(last > first && bumps > 0, "bumped: {first} -> {last}, {bumps} bumps");
+    agent.stop().expect("clean stop");
+    assert_identical(dir.path(), &bootstrap, &tps);
+}

@@ -5,15 +5,15 @@
 //! every partition without being asked. ApiVersions for the usual clients
 //! (kcat, kafka-python, confluent-kafka) is covered by `serve_clients`.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::RequestHeader;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use rdkafka::mocking::MockCluster;
@@ -26,8 +26,6 @@ use ringmirror_dataplane::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };
 
-/// Small enough to fit next to the agent's shards under a low RLIMIT_MEMLOCK.
-const IO_MEMORY_BYTES: usize = 1 << 20;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const ORDERS: [u8; 16] = [1; 16];
 const EVENTS: [u8; 16] = [2; 16];
@@ -38,23 +36,6 @@ const RESOURCE_NOT_FOUND: i16 = 91;
 /// many tries they get.
 const PUBLISH_SETTLE: Duration = Duration::from_millis(200);
 const PUBLISH_ATTEMPTS: usize = 25;
-
-/// Runs `f`'s future on a glommio executor of its own (the client needs
-/// one) and returns its output.
-fn on_glommio<T, G, F>(f: F) -> T
-where
-    F: FnOnce() -> G + Send + 'static,
-    G: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .name("test-client")
-        .io_memory(IO_MEMORY_BYTES)
-        .spawn(f)
-        .expect("start executor")
-        .join()
-        .expect("executor")
-}
 
 /// Publishes `reports` in place of the control plane. The agent's own
 /// control plane publishes its reports once it is up (and on each change,
@@ -125,7 +106,7 @@ fn ask(
     cluster: &'static str,
     names: Vec<String>,
 ) -> (BTreeMap<([u8; 16], i32), i32>, DescribeClusterMirrorsResponse) {
-    on_glommio(move || async move {
+    common::on_glommio(move || async move {
         let mut conn = Connection::connect(&addr, ConnectionOptions::default())
             .await
             .expect("connect");
@@ -264,7 +245,7 @@ fn the_agent_frames_describe_cluster_mirrors_as_a_flexible_api() {
 fn a_plain_kafka_source_has_no_last_mirror_epochs() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
-    let (advertised, epochs, still_open) = on_glommio(move || async move {
+    let (advertised, epochs, still_open) = common::on_glommio(move || async move {
         let mut conn = Connection::connect(&bootstrap, ConnectionOptions::default())
             .await
             .expect("connect");

@@ -116,6 +116,16 @@ pub struct MirrorDescription {
     /// The last time the source's metadata was read, and the last error.
     pub last_sync_ms: Option<u64>,
     pub sync_error: Option<String>,
+    /// The last topic config sync, and per topic what it found.
+    #[serde(default)]
+    pub topic_configs_synced_ms: Option<u64>,
+    #[serde(default)]
+    pub topic_configs: std::collections::BTreeMap<String, String>,
+    /// The last ACL sync, and what it did.
+    #[serde(default)]
+    pub acls_synced_ms: Option<u64>,
+    #[serde(default)]
+    pub acls: String,
     /// The last consumer group offset sync, and what it did per group.
     #[serde(default)]
     pub groups_synced_ms: Option<u64>,

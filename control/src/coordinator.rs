@@ -28,9 +28,10 @@ use ringmirror_dataplane::fetch::{
     FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
 };
 use ringmirror_dataplane::log::TopicPartition;
-use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
+use ringmirror_dataplane::serve::{CatalogHandle, MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 
+use crate::acl_sync::{AclSyncReport, sync_acls};
 use crate::admin::{
     AdminAnswer, AdminCall, AdminError, AdminRequest, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary,
     PartitionMetrics, PartitionView, TopicPartitionName,
@@ -39,7 +40,10 @@ use crate::epochs;
 use crate::group_sync::{GroupFilter, GroupOutcome, GroupSyncReport, sync_group_offsets};
 use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
-use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
+use crate::state_store::{
+    MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey, TopicConfigKey, TopicConfigRecord,
+};
+use crate::topic_config_sync::{diff, fetch_topic_configs_report};
 
 /// The fetch latency quantiles `/metrics` reports.
 const LATENCY_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
@@ -72,6 +76,9 @@ pub struct CoordinatorSetup {
     /// Where the partitions' states and last mirror epochs are published
     /// for peers (DescribeClusterMirrors on our listener).
     pub reports: Arc<MirrorReportsHandle>,
+    /// The listener's catalog, where synced topic configs are published
+    /// (DescribeConfigs).
+    pub catalog: Arc<CatalogHandle>,
     pub io_memory_bytes: usize,
 }
 
@@ -101,6 +108,7 @@ impl Coordinator {
                     local_cluster_id,
                     listener_addr,
                     reports,
+                    catalog,
                     ..
                 } = setup;
                 let mut core = Core {
@@ -113,6 +121,7 @@ impl Coordinator {
                     listener_addr,
                     listener_conn: None,
                     reports,
+                    catalog,
                     reports_dirty: true,
                 };
                 core.load(configured_mirrors);
@@ -155,6 +164,11 @@ struct Mirror {
     group_filter: GroupFilter,
     /// The last consumer group offset sync: when, and what it did.
     group_sync: Option<(u64, GroupSyncReport)>,
+    /// The last topic config sync: when, and per topic what changed (or
+    /// why the source did not describe it).
+    config_sync: Option<(u64, BTreeMap<String, String>)>,
+    /// The last ACL sync: when, and what it did.
+    acl_sync: Option<(u64, AclSyncReport)>,
 }
 
 /// What the shards' events say about a partition (not persisted).
@@ -196,6 +210,7 @@ struct Core {
     /// To our own listener, for group offset sync.
     listener_conn: Option<Connection>,
     reports: Arc<MirrorReportsHandle>,
+    catalog: Arc<CatalogHandle>,
     reports_dirty: bool,
 }
 
@@ -217,6 +232,8 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
             .group_filter()
             .map_err(|e| AdminError::Invalid(e.to_string()))?,
         group_sync: None,
+        config_sync: None,
+        acl_sync: None,
         record,
         selection,
         conn: None,
@@ -272,6 +289,11 @@ impl Core {
                     self.mirrors.insert(record.config.name.clone(), m);
                 }
                 Err(e) => tracing::error!(mirror = record.config.name, error = %e, "stored mirror is invalid; skipped"),
+            }
+        }
+        for (key, record) in self.store.topic_configs() {
+            if self.mirrors.contains_key(&key.mirror) {
+                self.catalog.publish_topic_configs(&key.topic, record.configs.clone());
             }
         }
         let stored: Vec<(PartitionStateKey, PartitionRecord)> = self
@@ -631,7 +653,9 @@ impl Core {
                 m.next_sync = Instant::now() + refresh;
                 m.last_sync_ms = Some(now_ms());
                 self.apply_metadata(name, &metadata);
+                self.sync_topic_configs(name).await;
                 self.sync_groups(name).await;
+                self.sync_acls(name).await;
             }
             Err(e) => {
                 m.sync_failures += 1;
@@ -736,9 +760,18 @@ impl Core {
                 let m = self.mirrors.get_mut(name).expect("exists");
                 if m.reported_conflicts.insert(tp.topic.clone()) {
                     if other.mirror == name {
-                        tracing::error!(mirror = name, topic = tp.topic, "source topic id changed (topic recreated?); not mirroring the new one");
+                        tracing::error!(
+                            mirror = name,
+                            topic = tp.topic,
+                            "source topic id changed (topic recreated?); not mirroring the new one"
+                        );
                     } else {
-                        tracing::error!(mirror = name, other = other.mirror, topic = tp.topic, "topic is already mirrored by another mirror; each destination topic has one source");
+                        tracing::error!(
+                            mirror = name,
+                            other = other.mirror,
+                            topic = tp.topic,
+                            "topic is already mirrored by another mirror; each destination topic has one source"
+                        );
                     }
                 }
                 continue;
@@ -780,30 +813,19 @@ impl Core {
     /// Commits the source's consumer group offsets for the partitions this
     /// mirror is mirroring at our listener, for groups not active here.
     async fn sync_groups(&mut self, name: &str) {
-        let Some(addr) = self.listener_addr.clone() else {
-            return;
-        };
         let mirrored: BTreeSet<(String, i32)> = self
             .partitions
             .iter()
             .filter(|(k, p)| k.mirror == name && matches!(p.record.state, State::Mirroring | State::EpochFencing))
             .map(|(_, p)| (p.tp.topic.clone(), p.tp.partition))
             .collect();
-        let Some(m) = self.mirrors.get_mut(name) else {
-            return;
-        };
-        if m.halted || mirrored.is_empty() {
+        if mirrored.is_empty()
+            || self.mirrors.get(name).is_none_or(|m| m.halted)
+            || self.listener_connection(name).await.is_none()
+        {
             return;
         }
-        if self.listener_conn.is_none() {
-            match Connection::connect(&addr, control_options("group-sync")).await {
-                Ok(c) => self.listener_conn = Some(c),
-                Err(e) => {
-                    tracing::warn!(mirror = name, error = %e, "cannot reach our own listener for group offsets");
-                    return;
-                }
-            }
-        }
+        let m = self.mirrors.get_mut(name).expect("checked");
         let destination = self.listener_conn.as_mut().expect("connected");
         let filter = m.group_filter.clone();
         let source = match connection(m).await {
@@ -828,6 +850,139 @@ impl Core {
                 m.conn = None;
                 self.listener_conn = None;
             }
+        }
+    }
+
+    /// Our own listener (for group offsets and ACLs), connected if need be.
+    async fn listener_connection(&mut self, name: &str) -> Option<&mut Connection> {
+        let addr = self.listener_addr.clone()?;
+        if self.listener_conn.is_none() {
+            match Connection::connect(&addr, control_options("sync")).await {
+                Ok(c) => self.listener_conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(mirror = name, error = %e, "cannot reach our own listener");
+                    return None;
+                }
+            }
+        }
+        self.listener_conn.as_mut()
+    }
+
+    /// Creates the source's ACLs (those the mirror's `acls_include`
+    /// selects) at our listener and deletes the ones the source lost.
+    async fn sync_acls(&mut self, name: &str) {
+        if self.mirrors.get(name).is_none_or(|m| m.halted) || self.listener_connection(name).await.is_none() {
+            return;
+        }
+        let m = self.mirrors.get_mut(name).expect("checked");
+        let destination = self.listener_conn.as_mut().expect("connected");
+        let include = m.record.config.acls_include.clone();
+        let source = match connection(m).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "cannot reach the source for ACLs");
+                m.conn = None;
+                return;
+            }
+        };
+        let result = sync_acls(source, destination, &include).await;
+        match result {
+            Ok(report) => {
+                if report.changed() {
+                    tracing::info!(
+                        mirror = name,
+                        created = report.created.len(),
+                        deleted = report.deleted.len(),
+                        "ACLs synced from the source"
+                    );
+                }
+                for e in &report.errors {
+                    tracing::warn!(mirror = name, error = e, "ACL sync");
+                }
+                m.acl_sync = Some((now_ms(), report));
+            }
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "ACL sync failed; next round tries again");
+                m.conn = None;
+                self.listener_conn = None;
+            }
+        }
+    }
+
+    /// Copies the source's topic-level config overrides of the topics this
+    /// mirror is mirroring: written to `__mirror_state` when they change,
+    /// then served by the listener (DescribeConfigs).
+    async fn sync_topic_configs(&mut self, name: &str) {
+        let topics: Vec<String> = self
+            .partitions
+            .iter()
+            .filter(|(k, p)| k.mirror == name && matches!(p.record.state, State::Mirroring | State::EpochFencing))
+            .map(|(_, p)| p.tp.topic.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let Some(m) = self.mirrors.get_mut(name) else {
+            return;
+        };
+        if m.halted || topics.is_empty() {
+            return;
+        }
+        let source = match connection(m).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "cannot reach the source for topic configs");
+                m.conn = None;
+                return;
+            }
+        };
+        let report = match fetch_topic_configs_report(source, &topics).await {
+            Ok(report) => report,
+            Err(e @ ClientError::NoCommonVersion { .. }) => {
+                // Such as librdkafka's mock: the connection is fine.
+                tracing::debug!(mirror = name, error = %e, "the source serves no DescribeConfigs; topic configs not synced");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(mirror = name, error = %e, "topic config sync failed; next round tries again");
+                m.conn = None;
+                return;
+            }
+        };
+        let mut outcome: BTreeMap<String, String> = report
+            .errors
+            .into_iter()
+            .map(|(topic, error)| (topic, format!("not described: {error}")))
+            .collect();
+        let none = BTreeMap::new();
+        for (topic, synced) in report.topics {
+            let key = TopicConfigKey {
+                mirror: name.to_owned(),
+                topic: topic.clone(),
+            };
+            let held = self.store.topic_configs().get(&key);
+            let first = held.is_none();
+            let change = diff(held.map_or(&none, |r| &r.configs), &synced.configs);
+            if first || !change.is_empty() {
+                let record = TopicConfigRecord {
+                    configs: synced.configs.clone(),
+                    updated_ms: now_ms(),
+                };
+                if let Err(e) = self.store.put_topic_configs(key, record) {
+                    tracing::error!(mirror = name, topic, error = %e, "cannot record a topic's configs");
+                    continue;
+                }
+                if !change.is_empty() {
+                    tracing::info!(mirror = name, topic, %change, "topic configs synced from the source");
+                }
+            }
+            outcome.insert(
+                topic.clone(),
+                format!("{} override(s); last round: {change}", synced.configs.len()),
+            );
+            self.catalog.publish_topic_configs(&topic, synced.configs);
+        }
+        if let Some(m) = self.mirrors.get_mut(name) {
+            m.config_sync = Some((now_ms(), outcome));
         }
     }
 
@@ -985,6 +1140,13 @@ impl Core {
                     live.behind_since = Some(Instant::now());
                 }
             }
+            ShardEvent::Paused { mirror, tp } => {
+                if let Some(key) = self.key_of(&mirror, &tp)
+                    && self.partitions[&key].record.state == State::Pausing
+                {
+                    self.set_state_logged(&key, State::Paused, |_| {});
+                }
+            }
             ShardEvent::EpochBumpDue {
                 mirror,
                 tp,
@@ -1135,7 +1297,8 @@ impl Core {
         self.partitions.keys().filter(|k| k.mirror == name).cloned().collect()
     }
 
-    /// Stops fetching a partition and forgets it; its data stays, served read-only.
+    /// Stops fetching a partition and forgets it; its data stays, served
+    /// read-only (with the source's topic configs no more).
     fn forget_partition(&mut self, key: &PartitionStateKey) -> Result<(), AdminError> {
         let p = self
             .partitions
@@ -1143,6 +1306,18 @@ impl Core {
             .ok_or_else(|| internal("unknown partition"))?;
         self.store.remove_partition(key).map_err(internal)?;
         self.by_tp.remove(&(key.mirror.clone(), p.tp.clone()));
+        let topic_left = !self
+            .partitions
+            .iter()
+            .any(|(k, q)| k.mirror == key.mirror && q.tp.topic == p.tp.topic);
+        let config_key = TopicConfigKey {
+            mirror: key.mirror.clone(),
+            topic: p.tp.topic.clone(),
+        };
+        if topic_left && self.store.topic_configs().contains_key(&config_key) {
+            self.store.remove_topic_configs(&config_key).map_err(internal)?;
+            self.catalog.publish_topic_configs(&p.tp.topic, BTreeMap::new());
+        }
         if p.placed {
             let shard = self.shard_of(key, &p.tp);
             let _ = self.shards[shard].try_send(ShardCommand::RemovePartition {
@@ -1270,6 +1445,7 @@ impl Core {
             topics.to_vec()
         };
         let mut targets = Vec::new();
+        let mut first_refusal = None;
         for topic in &chosen {
             let keys = by_topic.get(topic).ok_or_else(|| AdminError::TopicNotInMirror {
                 mirror: name.into(),
@@ -1282,10 +1458,20 @@ impl Core {
                 .filter(|(k, s)| change.applies_to(**s, self.partitions[*k].placed))
                 .map(|(k, _)| k)
                 .collect();
-            if applicable.is_empty() && !topics.is_empty() {
-                return Err(change.refusal(name, topic, &states));
+            if applicable.is_empty() {
+                let refusal = change.refusal(name, topic, &states);
+                if !topics.is_empty() {
+                    return Err(refusal);
+                }
+                first_refusal.get_or_insert(refusal);
             }
             targets.extend(applicable.into_iter().cloned());
+        }
+        // The whole mirror asked, and none of it can take the change.
+        if targets.is_empty()
+            && let Some(refusal) = first_refusal
+        {
+            return Err(refusal);
         }
         if change == Change::Stop {
             // Every partition's STOPPING is written before any is acted
@@ -1300,6 +1486,7 @@ impl Core {
             let tp = self.partitions[&key].tp.clone();
             match change {
                 Change::Pause => {
+                    // PAUSED once the shard says no fetch will include it.
                     self.set_state(&key, State::Pausing, |_| {})?;
                     self.send(
                         &key,
@@ -1308,7 +1495,6 @@ impl Core {
                             tp: tp.clone(),
                         },
                     );
-                    self.set_state(&key, State::Paused, |_| {})?;
                 }
                 Change::Resume => {
                     self.set_state(&key, State::Mirroring, |_| {})?;
@@ -1431,6 +1617,14 @@ impl Core {
                 .collect(),
             last_sync_ms: m.last_sync_ms,
             sync_error: m.sync_error.clone(),
+            topic_configs_synced_ms: m.config_sync.as_ref().map(|(at, _)| *at),
+            topic_configs: m.config_sync.as_ref().map(|(_, t)| t.clone()).unwrap_or_default(),
+            acls_synced_ms: m.acl_sync.as_ref().map(|(at, _)| *at),
+            acls: m
+                .acl_sync
+                .as_ref()
+                .map(|(_, r)| describe_acl_sync(r))
+                .unwrap_or_default(),
             groups_synced_ms: m.group_sync.as_ref().map(|(at, _)| *at),
             groups: m
                 .group_sync
@@ -1507,6 +1701,25 @@ impl Change {
             Self::Resume => AdminError::NotPaused { mirror, topic },
             Self::Restart => AdminError::NotFailed { mirror, topic },
             Self::Stop => AdminError::BeingStopped { mirror, topic },
+        }
+    }
+}
+
+/// What `mirror describe` says of the last ACL sync.
+fn describe_acl_sync(report: &AclSyncReport) -> String {
+    match &report.unsupported {
+        Some(why) => format!("not synced: {why}"),
+        None => {
+            let mut line = format!(
+                "{} created, {} deleted, {} unchanged",
+                report.created.len(),
+                report.deleted.len(),
+                report.unchanged
+            );
+            if !report.errors.is_empty() {
+                line.push_str(&format!("; errors: {}", report.errors.join("; ")));
+            }
+            line
         }
     }
 }

@@ -1035,7 +1035,6 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use futures_lite::{AsyncReadExt, AsyncWriteExt};
     use glommio::net::TcpListener;
     use glommio::{LocalExecutorBuilder, Placement};
     use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -1050,7 +1049,6 @@ mod tests {
     };
     use kafka_protocol::messages::{
         ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsResponse, MetadataRequest, MetadataResponse,
-        RequestHeader, ResponseHeader,
     };
     use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -1427,7 +1425,7 @@ mod tests {
     /// A topic's partitions and what each holds.
     type Held = Vec<(i32, Option<Committed>)>;
 
-    impl Fake {
+    impl crate::fake_broker::Answer for Fake {
         fn answer(&mut self, api: ApiKey, version: i16, buf: &mut &[u8]) -> Vec<u8> {
             self.seen.push((api as i16, version));
             let mut out = Vec::new();
@@ -1680,45 +1678,10 @@ mod tests {
         }
     }
 
-    /// Serves `fake` on `listener`, one task per connection.
-    async fn serve(listener: TcpListener, fake: Shared) {
-        loop {
-            let Ok(mut stream) = listener.accept().await else {
-                return;
-            };
-            let fake = Rc::clone(&fake);
-            glommio::spawn_local(async move {
-                loop {
-                    let mut len = [0u8; 4];
-                    if stream.read_exact(&mut len).await.is_err() {
-                        return;
-                    }
-                    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
-                    stream.read_exact(&mut frame).await.unwrap();
-                    let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
-                    let version = i16::from_be_bytes([frame[2], frame[3]]);
-                    let mut buf = frame.as_slice();
-                    let header = RequestHeader::decode(&mut buf, api.request_header_version(version)).unwrap();
-                    let body = fake.borrow_mut().answer(api, version, &mut buf);
-                    let mut out = vec![0u8; 4];
-                    ResponseHeader::default()
-                        .with_correlation_id(header.correlation_id)
-                        .encode(&mut out, api.response_header_version(version))
-                        .unwrap();
-                    out.extend_from_slice(&body);
-                    let n = (out.len() - 4) as i32;
-                    out[..4].copy_from_slice(&n.to_be_bytes());
-                    stream.write_all(&out).await.unwrap();
-                }
-            })
-            .detach();
-        }
-    }
-
     fn listen(fake: &Shared) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        glommio::spawn_local(serve(listener, Rc::clone(fake))).detach();
+        glommio::spawn_local(crate::fake_broker::serve(listener, Rc::clone(fake))).detach();
         addr
     }
 

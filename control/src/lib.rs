@@ -17,16 +17,25 @@
 //! * [`group_sync`] — consumer-group offsets from the source into our group
 //!   coordinator, for mirrored partitions, skipping groups active here
 //!   (share groups are detected and skipped).
+//! * [`topic_config_sync`] — each mirrored topic's config overrides from the
+//!   source (DescribeConfigs), minus a documented exclude list (throttles,
+//!   placement, tiered storage), and what changed since the last round.
+//! * [`acl_sync`] — the source's ACLs onto our listener, within the
+//!   mirror's ACL include setting: missing ones created, extra ones deleted.
 //!
 //! The failover data path itself is the data plane's (`EndMirroring` on a
 //! shard, on top of `PartitionLog::end_mirroring`).
 
+pub mod acl_sync;
 pub mod admin;
 pub mod coordinator;
 pub mod epochs;
+#[cfg(test)]
+mod fake_broker;
 pub mod group_sync;
 pub mod http;
 pub mod metrics;
 pub mod mirror;
 pub mod state;
 pub mod state_store;
+pub mod topic_config_sync;

@@ -31,6 +31,10 @@ pub struct MirrorConfig {
     /// Groups never synced (regex; wins over include).
     #[serde(default, alias = "mirror_groups_exclude")]
     pub groups_exclude: Option<String>,
+    /// ACL bindings synced from the source (rules; default every topic and
+    /// group ACL; `[]`: none).
+    #[serde(default, alias = "mirror_acls_include")]
+    pub acls_include: crate::acl_sync::AclFilterSetting,
     #[serde(default = "default_fetch_max_bytes")]
     pub fetch_max_bytes: i32,
     #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
@@ -119,6 +123,9 @@ impl MirrorConfig {
         TopicSelection::new(self).map_err(|e| invalid(e.to_string()))?;
         self.group_filter()
             .map_err(|e| invalid(format!("groups_include/groups_exclude: {e}")))?;
+        self.acls_include
+            .validate()
+            .map_err(|e| invalid(format!("acls_include: {e}")))?;
         if self.fetch_partition_max_bytes <= 0 || self.fetch_max_bytes <= 0 {
             return Err(invalid("fetch sizes must be positive".into()));
         }

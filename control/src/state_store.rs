@@ -1,6 +1,7 @@
-//! [`MirrorStateStore`]: the `__mirror_state` log — each mirror's definition
-//! and each mirrored partition's state, written (and flushed) before the
-//! coordinator acts on it, and loaded back on start.
+//! [`MirrorStateStore`]: the `__mirror_state` log — each mirror's definition,
+//! each mirrored partition's state and each mirrored topic's synced config
+//! overrides, written (and flushed) before the coordinator acts on it, and
+//! loaded back on start.
 //!
 //! `mirror.topic.num.partitions` state partitions, each a [`CompactedLog`]
 //! `<dir>/mirror-state-<n>/` created on its first write; a key lives in
@@ -11,8 +12,12 @@
 //!
 //! Keys are binary and canonical (one encoding per key, so compaction keeps
 //! exactly the latest record): i16 version 0, i16 kind (0 mirror,
-//! 1 partition), the mirror name as a Kafka STRING (i16 length, UTF-8),
-//! then for a partition its 16-byte topic id and i32 partition; big-endian.
+//! 1 partition, 2 topic configs), the mirror name as a Kafka STRING (i16
+//! length, UTF-8), then for a partition its 16-byte topic id and i32
+//! partition, for topic configs the topic name as a STRING; big-endian.
+//! Topic configs are keyed by name, not id: they follow the name the
+//! source serves them under (a topic recreated at the source keeps its
+//! overrides' key, and the next sync overwrites them).
 //! Values are JSON objects with `"version": 0`. A later version may only add
 //! fields, so unknown fields are ignored on load (even inside the mirror
 //! config, which refuses them when read from the agent's TOML file); an
@@ -43,8 +48,9 @@ const LOG_PREFIX: &str = "mirror-state-";
 const KEY_VERSION: i16 = 0;
 const KEY_KIND_MIRROR: i16 = 0;
 const KEY_KIND_PARTITION: i16 = 1;
+const KEY_KIND_TOPIC_CONFIGS: i16 = 2;
 const VALUE_VERSION: u16 = 0;
-/// The longest mirror name a key's Kafka STRING can hold.
+/// The longest mirror (or topic) name a key's Kafka STRING can hold.
 const MIRROR_NAME_BYTES_MAX: usize = i16::MAX as usize;
 
 /// A mirrored partition's key.
@@ -55,11 +61,19 @@ pub struct PartitionStateKey {
     pub partition: i32,
 }
 
+/// A mirrored topic's configs' key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicConfigKey {
+    pub mirror: String,
+    pub topic: String,
+}
+
 /// A key of `__mirror_state`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StateKey {
     Mirror { name: String },
     Partition(PartitionStateKey),
+    TopicConfigs(TopicConfigKey),
 }
 
 /// A mirror's definition as stored.
@@ -82,6 +96,14 @@ pub struct PartitionRecord {
     pub updated_ms: u64,
 }
 
+/// A mirrored topic's config overrides as last synced from the source
+/// (what the destination serves; see `topic_config_sync`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigRecord {
+    pub configs: BTreeMap<String, String>,
+    pub updated_ms: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateStoreError {
     #[error("{op} {path}: {source}")]
@@ -101,7 +123,7 @@ pub enum StateStoreError {
     PartitionCountMismatch { dir: PathBuf, on_disk: u32, requested: u32 },
     #[error("mirror.topic.num.partitions must be 1 to {STATE_PARTITIONS_MAX}, not {0}")]
     InvalidPartitionCount(u32),
-    #[error("a mirror name of {bytes} bytes is longer than a key can hold ({MIRROR_NAME_BYTES_MAX})")]
+    #[error("a mirror or topic name of {bytes} bytes is longer than a key can hold ({MIRROR_NAME_BYTES_MAX})")]
     NameTooLong { bytes: usize },
 }
 
@@ -124,21 +146,29 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The canonical key bytes. Writers check the name with [`check_name`]
+/// The canonical key bytes. Writers check the names with [`check_name`]
 /// first; for a longer name the length wraps, which no stored key has.
 fn encode_key(key: &StateKey) -> Vec<u8> {
     let (kind, mirror) = match key {
         StateKey::Mirror { name } => (KEY_KIND_MIRROR, name),
         StateKey::Partition(p) => (KEY_KIND_PARTITION, &p.mirror),
+        StateKey::TopicConfigs(t) => (KEY_KIND_TOPIC_CONFIGS, &t.mirror),
     };
     let mut out = Vec::with_capacity(26 + mirror.len());
     out.extend_from_slice(&KEY_VERSION.to_be_bytes());
     out.extend_from_slice(&kind.to_be_bytes());
     out.extend_from_slice(&(mirror.len() as i16).to_be_bytes());
     out.extend_from_slice(mirror.as_bytes());
-    if let StateKey::Partition(p) = key {
-        out.extend_from_slice(&p.topic_id);
-        out.extend_from_slice(&p.partition.to_be_bytes());
+    match key {
+        StateKey::Mirror { .. } => {}
+        StateKey::Partition(p) => {
+            out.extend_from_slice(&p.topic_id);
+            out.extend_from_slice(&p.partition.to_be_bytes());
+        }
+        StateKey::TopicConfigs(t) => {
+            out.extend_from_slice(&(t.topic.len() as i16).to_be_bytes());
+            out.extend_from_slice(t.topic.as_bytes());
+        }
     }
     out
 }
@@ -149,6 +179,14 @@ fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
     Some(*head)
 }
 
+/// A Kafka STRING (i16 length, UTF-8; not null).
+fn take_string(bytes: &mut &[u8]) -> Option<String> {
+    let len = usize::try_from(i16::from_be_bytes(take(bytes)?)).ok()?;
+    let (s, rest) = bytes.split_at_checked(len)?;
+    *bytes = rest;
+    Some(std::str::from_utf8(s).ok()?.to_owned())
+}
+
 /// The key `bytes` encode; `None` for another version or kind, or bytes
 /// that are not exactly one canonical key.
 fn decode_key(mut bytes: &[u8]) -> Option<StateKey> {
@@ -157,16 +195,17 @@ fn decode_key(mut bytes: &[u8]) -> Option<StateKey> {
         return None;
     }
     let kind = i16::from_be_bytes(take(b)?);
-    let len = usize::try_from(i16::from_be_bytes(take(b)?)).ok()?;
-    let (name, rest) = b.split_at_checked(len)?;
-    *b = rest;
-    let mirror = std::str::from_utf8(name).ok()?.to_owned();
+    let mirror = take_string(b)?;
     let key = match kind {
         KEY_KIND_MIRROR => StateKey::Mirror { name: mirror },
         KEY_KIND_PARTITION => StateKey::Partition(PartitionStateKey {
             mirror,
             topic_id: take(b)?,
             partition: i32::from_be_bytes(take(b)?),
+        }),
+        KEY_KIND_TOPIC_CONFIGS => StateKey::TopicConfigs(TopicConfigKey {
+            mirror,
+            topic: take_string(b)?,
         }),
         _ => return None,
     };
@@ -233,6 +272,10 @@ fn decode_partition(value: &[u8]) -> serde_json::Result<PartitionRecord> {
     Ok(serde_json::from_slice::<Versioned<PartitionRecord>>(value)?.record)
 }
 
+fn decode_topic_configs(value: &[u8]) -> serde_json::Result<TopicConfigRecord> {
+    Ok(serde_json::from_slice::<Versioned<TopicConfigRecord>>(value)?.record)
+}
+
 /// What `<dir>/mirror-state.json` holds.
 #[derive(Serialize, Deserialize)]
 struct PartitionCount {
@@ -293,8 +336,8 @@ fn list_partitions(dir: &Path) -> Result<BTreeSet<u32>> {
     Ok(partitions)
 }
 
-/// `__mirror_state`: mirror definitions and partition states, in memory and
-/// in the state partitions' logs (see the module doc).
+/// `__mirror_state`: mirror definitions, partition states and topic
+/// configs, in memory and in the state partitions' logs (see the module doc).
 pub struct MirrorStateStore {
     dir: PathBuf,
     num_partitions: u32,
@@ -303,6 +346,7 @@ pub struct MirrorStateStore {
     logs: BTreeMap<u32, CompactedLog>,
     mirrors: BTreeMap<String, MirrorRecord>,
     partitions: BTreeMap<PartitionStateKey, PartitionRecord>,
+    topic_configs: BTreeMap<TopicConfigKey, TopicConfigRecord>,
 }
 
 impl MirrorStateStore {
@@ -340,6 +384,7 @@ impl MirrorStateStore {
             logs: BTreeMap::new(),
             mirrors: BTreeMap::new(),
             partitions: BTreeMap::new(),
+            topic_configs: BTreeMap::new(),
         };
         let mut live_records = 0;
         for partition in existing {
@@ -392,6 +437,9 @@ impl MirrorStateStore {
                 StateKey::Partition(key) => decode_partition(&value).map(|r| {
                     self.partitions.insert(key, r);
                 }),
+                StateKey::TopicConfigs(key) => decode_topic_configs(&value).map(|r| {
+                    self.topic_configs.insert(key, r);
+                }),
             };
             if let Err(e) = loaded {
                 tracing::warn!(partition, key = ?decoded, error = %e, "skipping an undecodable __mirror_state record");
@@ -410,6 +458,11 @@ impl MirrorStateStore {
 
     pub fn partitions(&self) -> &BTreeMap<PartitionStateKey, PartitionRecord> {
         &self.partitions
+    }
+
+    /// Every mirrored topic's configs as last synced, by (mirror, topic).
+    pub fn topic_configs(&self) -> &BTreeMap<TopicConfigKey, TopicConfigRecord> {
+        &self.topic_configs
     }
 
     /// Appends `records` to state partition `partition` as one batch,
@@ -447,9 +500,10 @@ impl MirrorStateStore {
         Ok(())
     }
 
-    /// Deletes a mirror and every partition state of it (tombstones). The
-    /// partitions go first and the mirror last, so a crash part-way leaves
-    /// the mirror, and the delete can be retried.
+    /// Deletes a mirror, every partition state and every topic's configs of
+    /// it (tombstones). The partitions and configs go first and the mirror
+    /// last, so a crash part-way leaves the mirror, and the delete can be
+    /// retried.
     pub fn delete_mirror(&mut self, name: &str) -> Result<()> {
         check_name(name)?;
         let first = PartitionStateKey {
@@ -464,6 +518,17 @@ impl MirrorStateStore {
             .map(|(k, _)| k.clone())
             .collect();
         self.remove_partitions(keys)?;
+        let first = TopicConfigKey {
+            mirror: name.to_owned(),
+            topic: String::new(),
+        };
+        let keys: Vec<_> = self
+            .topic_configs
+            .range(first..)
+            .take_while(|(k, _)| k.mirror == name)
+            .map(|(k, _)| StateKey::TopicConfigs(k.clone()))
+            .collect();
+        self.tombstone(keys)?;
         let key = StateKey::Mirror { name: name.to_owned() };
         let partition = state_partition(&key, self.num_partitions);
         self.write(partition, vec![(key, None)])?;
@@ -504,22 +569,55 @@ impl MirrorStateStore {
 
     /// Tombstones `keys`, one batch per state partition.
     fn remove_partitions(&mut self, keys: Vec<PartitionStateKey>) -> Result<()> {
-        let mut groups: BTreeMap<u32, Vec<PartitionStateKey>> = BTreeMap::new();
+        self.tombstone(keys.into_iter().map(StateKey::Partition).collect())
+    }
+
+    /// Tombstones `keys` (partition states or topic configs), one batch per
+    /// state partition; each batch is durable before it leaves memory.
+    fn tombstone(&mut self, keys: Vec<StateKey>) -> Result<()> {
+        let mut groups: BTreeMap<u32, Vec<StateKey>> = BTreeMap::new();
         for key in keys {
-            let partition = state_partition(&StateKey::Partition(key.clone()), self.num_partitions);
+            let partition = state_partition(&key, self.num_partitions);
             groups.entry(partition).or_default().push(key);
         }
         for (partition, group) in groups {
-            let writes = group
-                .iter()
-                .map(|key| (StateKey::Partition(key.clone()), None))
-                .collect();
+            let writes = group.iter().map(|key| (key.clone(), None)).collect();
             self.write(partition, writes)?;
-            for key in &group {
-                self.partitions.remove(key);
+            for key in group {
+                match key {
+                    StateKey::Mirror { name } => {
+                        self.mirrors.remove(&name);
+                    }
+                    StateKey::Partition(key) => {
+                        self.partitions.remove(&key);
+                    }
+                    StateKey::TopicConfigs(key) => {
+                        self.topic_configs.remove(&key);
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Stores a mirrored topic's configs as synced (flushed before this
+    /// returns). An empty map is a record too: "synced, no overrides".
+    pub fn put_topic_configs(&mut self, key: TopicConfigKey, record: TopicConfigRecord) -> Result<()> {
+        check_name(&key.mirror)?;
+        check_name(&key.topic)?;
+        let state_key = StateKey::TopicConfigs(key.clone());
+        let partition = state_partition(&state_key, self.num_partitions);
+        self.write(partition, vec![(state_key, Some(encode_value(&record)))])?;
+        self.topic_configs.insert(key, record);
+        Ok(())
+    }
+
+    /// Deletes a topic's synced configs (a tombstone), as when the topic
+    /// leaves the mirror.
+    pub fn remove_topic_configs(&mut self, key: &TopicConfigKey) -> Result<()> {
+        check_name(&key.mirror)?;
+        check_name(&key.topic)?;
+        self.tombstone(vec![StateKey::TopicConfigs(key.clone())])
     }
 }
 
@@ -589,6 +687,113 @@ mod tests {
         assert_eq!(decode_key(&bytes[..bytes.len() - 1]), None);
         assert_eq!(state_partition(&p, 50), (stable_hash(bytes) % 50) as u32);
         assert!(state_partition(&m, STATE_PARTITIONS_DEFAULT) < STATE_PARTITIONS_DEFAULT);
+    }
+
+    fn ckey(mirror: &str, topic: &str) -> TopicConfigKey {
+        TopicConfigKey {
+            mirror: mirror.into(),
+            topic: topic.into(),
+        }
+    }
+
+    fn crecord(seed: u32) -> TopicConfigRecord {
+        let mut configs = BTreeMap::from([("retention.ms".to_owned(), (u64::from(seed) * 1000).to_string())]);
+        if seed % 2 == 0 {
+            configs.insert("cleanup.policy".into(), "compact".into());
+        }
+        if seed % 7 == 0 {
+            configs.clear();
+        }
+        TopicConfigRecord {
+            configs,
+            updated_ms: u64::from(seed),
+        }
+    }
+
+    #[test]
+    fn topic_config_keys_encode_canonically() {
+        let k = StateKey::TopicConfigs(ckey("dr", "orders"));
+        let bytes = encode_key(&k);
+        assert_eq!(bytes, [&[0, 0, 0, 2, 0, 2, b'd', b'r', 0, 6][..], b"orders"].concat());
+        assert_eq!(decode_key(&bytes), Some(k.clone()));
+        // Cut short, with a byte too many, or a kind this version does not know.
+        assert_eq!(decode_key(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_key(&[bytes.as_slice(), &[0]].concat()), None);
+        assert_eq!(decode_key(&[0, 0, 0, 3, 0, 0]), None);
+        // Not the partition key of the same mirror.
+        let p = StateKey::Partition(pkey("dr", 1, 0));
+        assert_ne!(encode_key(&p)[..4], bytes[..4]);
+    }
+
+    #[test]
+    fn topic_configs_round_trip_and_go_with_their_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        for name in ["a", "b"] {
+            store.put_mirror(&mirror(name, 1)).unwrap();
+            store.put_partition(pkey(name, 1, 0), precord(1)).unwrap();
+            for (i, topic) in ["orders", "payments", "empty"].into_iter().enumerate() {
+                store.put_topic_configs(ckey(name, topic), crecord(i as u32)).unwrap();
+            }
+        }
+        // Overwritten, an empty record kept, one removed.
+        store.put_topic_configs(ckey("a", "orders"), crecord(3)).unwrap();
+        store.put_topic_configs(ckey("a", "empty"), crecord(7)).unwrap();
+        store.remove_topic_configs(&ckey("b", "payments")).unwrap();
+        store.remove_topic_configs(&ckey("b", "never-stored")).unwrap();
+        let configs = store.topic_configs().clone();
+        assert_eq!(configs.len(), 5);
+        assert_eq!(configs[&ckey("a", "orders")], crecord(3));
+        assert!(configs[&ckey("a", "empty")].configs.is_empty());
+        assert!(!configs.contains_key(&ckey("b", "payments")));
+        drop(store);
+        let mut store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        assert_eq!(store.topic_configs(), &configs);
+        // The JSON value: version 0 and the record's fields.
+        let json: serde_json::Value = serde_json::from_slice(&encode_value(&crecord(2))).unwrap();
+        assert_eq!(json["version"].as_u64(), Some(0));
+        assert_eq!(json["configs"]["cleanup.policy"].as_str(), Some("compact"));
+        assert_eq!(json["updated_ms"].as_u64(), Some(2));
+        // Deleting a mirror takes its topics' configs along, and only those.
+        store.delete_mirror("a").unwrap();
+        let left = |s: &MirrorStateStore| s.topic_configs().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(left(&store), [ckey("b", "empty"), ckey("b", "orders")]);
+        drop(store);
+        let store = MirrorStateStore::open(dir.path(), 8).unwrap();
+        assert_eq!(left(&store), [ckey("b", "empty"), ckey("b", "orders")]);
+        assert_eq!(store.mirrors().keys().collect::<Vec<_>>(), ["b"]);
+        assert!(matches!(
+            MirrorStateStore::open(dir.path(), 8)
+                .unwrap()
+                .put_topic_configs(ckey("b", &"t".repeat(40_000)), crecord(1)),
+            Err(StateStoreError::NameTooLong { bytes: 40_000 })
+        ));
+    }
+
+    /// A topic-config record of a later version (extra fields) loads; an
+    /// undecodable one is skipped.
+    #[test]
+    fn newer_topic_config_records_load() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(MirrorStateStore::open(dir.path(), 1).unwrap());
+        let mut newer = serde_json::to_value(crecord(4)).unwrap();
+        newer["version"] = 1.into();
+        newer["source_topic_id"] = "abc".into();
+        let raw = |key: TopicConfigKey, value: Vec<u8>| KeyedRecord {
+            key: encode_key(&StateKey::TopicConfigs(key)),
+            value: Some(value),
+            timestamp_ms: None,
+        };
+        let (mut log, _) = CompactedLog::open(dir.path(), "mirror-state-0", u64::MAX).unwrap();
+        log.append(vec![
+            raw(ckey("dr", "orders"), serde_json::to_vec(&newer).unwrap()),
+            raw(ckey("dr", "bad"), br#"{"version":0,"configs":{"a":1}}"#.to_vec()),
+        ])
+        .unwrap();
+        drop(log);
+        let store = MirrorStateStore::open(dir.path(), 1).unwrap();
+        let loaded: Vec<_> = store.topic_configs().iter().collect();
+        assert_eq!(loaded, [(&ckey("dr", "orders"), &crecord(4))]);
     }
 
     #[test]
@@ -777,6 +982,8 @@ mod tests {
         DeleteMirror(usize),
         PutPartitions(Vec<(usize, u32)>),
         RemovePartition(usize),
+        PutTopicConfigs(usize, u32),
+        RemoveTopicConfigs(usize),
         /// Drop without a clean close and reopen.
         Crash,
         /// A partition write torn by a crash: never acknowledged, so lost.
@@ -790,12 +997,20 @@ mod tests {
         pkey(NAMES[i % 3], (i / 3 % 2) as u8, (i / 6) as i32)
     }
 
+    const TOPICS: [&str; 3] = ["orders", "payments", "x"];
+
+    fn config_key_of(i: usize) -> TopicConfigKey {
+        ckey(NAMES[i % 3], TOPICS[i / 3 % 3])
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => (0..NAMES.len(), any::<u64>()).prop_map(|(n, t)| Op::PutMirror(n, t)),
             1 => (0..NAMES.len()).prop_map(Op::DeleteMirror),
             4 => prop::collection::vec((0..24usize, any::<u32>()), 1..6).prop_map(Op::PutPartitions),
             2 => (0..24usize).prop_map(Op::RemovePartition),
+            2 => (0..9usize, any::<u32>()).prop_map(|(k, s)| Op::PutTopicConfigs(k, s)),
+            1 => (0..9usize).prop_map(Op::RemoveTopicConfigs),
             1 => Just(Op::Crash),
             1 => (0..24usize, any::<u32>(), any::<u8>()).prop_map(|(k, s, c)| Op::TornPut(k, s, c)),
         ]
@@ -805,6 +1020,7 @@ mod tests {
     struct Model {
         mirrors: BTreeMap<String, MirrorRecord>,
         partitions: BTreeMap<PartitionStateKey, PartitionRecord>,
+        topic_configs: BTreeMap<TopicConfigKey, TopicConfigRecord>,
     }
 
     fn segment_file(dir: &Path, partition: u32) -> PathBuf {
@@ -862,6 +1078,7 @@ mod tests {
                         store.delete_mirror(NAMES[n]).unwrap();
                         model.mirrors.remove(NAMES[n]);
                         model.partitions.retain(|k, _| k.mirror != NAMES[n]);
+                        model.topic_configs.retain(|k, _| k.mirror != NAMES[n]);
                     }
                     Op::PutPartitions(writes) => {
                         let writes: Vec<_> = writes.into_iter().map(|(k, s)| (key_of(k), precord(s))).collect();
@@ -871,6 +1088,14 @@ mod tests {
                     Op::RemovePartition(k) => {
                         store.remove_partition(&key_of(k)).unwrap();
                         model.partitions.remove(&key_of(k));
+                    }
+                    Op::PutTopicConfigs(k, s) => {
+                        store.put_topic_configs(config_key_of(k), crecord(s)).unwrap();
+                        model.topic_configs.insert(config_key_of(k), crecord(s));
+                    }
+                    Op::RemoveTopicConfigs(k) => {
+                        store.remove_topic_configs(&config_key_of(k)).unwrap();
+                        model.topic_configs.remove(&config_key_of(k));
                     }
                     Op::Crash => {
                         drop(store);
@@ -882,11 +1107,13 @@ mod tests {
                 }
                 prop_assert_eq!(store.mirrors(), &model.mirrors);
                 prop_assert_eq!(store.partitions(), &model.partitions);
+                prop_assert_eq!(store.topic_configs(), &model.topic_configs);
             }
             drop(store);
             let store = open();
             prop_assert_eq!(store.mirrors(), &model.mirrors);
             prop_assert_eq!(store.partitions(), &model.partitions);
+            prop_assert_eq!(store.topic_configs(), &model.topic_configs);
         }
     }
 }

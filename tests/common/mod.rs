@@ -998,3 +998,20 @@ pub fn wait_mirrored(agent: &ringmirror::agent::Agent, topic: &str, ends: &BTree
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Runs `f`'s future on a fresh glommio executor thread (our Kafka client
+/// is glommio's) and returns its output.
+pub fn on_glommio<T, G, F>(f: F) -> T
+where
+    F: FnOnce() -> G + Send + 'static,
+    G: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .name("test-client")
+        .io_memory(1 << 20)
+        .spawn(f)
+        .expect("start a glommio executor")
+        .join()
+        .expect("the glommio executor")
+}

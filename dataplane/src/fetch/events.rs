@@ -38,6 +38,8 @@ pub enum ShardEvent {
         log_end_offset: i64,
         truncated_to: Option<i64>,
     },
+    /// A pause took effect: no Fetch request includes the partition any more.
+    Paused { mirror: String, tp: TopicPartition },
     /// The source's leader epoch came within the threshold of the
     /// destination epoch (proactive trigger): a bump is due, appends go on.
     EpochBumpDue {

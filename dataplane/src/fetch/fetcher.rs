@@ -256,6 +256,10 @@ impl Fetcher {
                 None => i += 1,
                 Some(Directive::Pause) => {
                     partitions[i].paused = true;
+                    self.event(ShardEvent::Paused {
+                        mirror: partitions[i].key.mirror.clone(),
+                        tp: partitions[i].key.tp.clone(),
+                    });
                     i += 1;
                 }
                 Some(Directive::Resume) => {

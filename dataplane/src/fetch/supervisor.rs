@@ -248,7 +248,13 @@ impl Supervisor {
                     None => self.direct(tp, Directive::End),
                 },
                 MirrorCommand::Pause(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
-                    Some(p) => p.partition.paused = true,
+                    Some(p) => {
+                        p.partition.paused = true;
+                        self.event(ShardEvent::Paused {
+                            mirror: self.settings.name.clone(),
+                            tp,
+                        });
+                    }
                     None => self.direct(tp, Directive::Pause),
                 },
                 MirrorCommand::Resume(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {

@@ -1,8 +1,20 @@
 //! Per-log settings, named after Kafka's topic configs where one exists.
 
+/// `cleanup.policy`: what happens to old records of a local topic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CleanupPolicy {
+    /// No compaction: records go only with whole segments (Kafka's default).
+    #[default]
+    Delete,
+    /// The log cleaner keeps the latest record of each key (see
+    /// [`PartitionLog::clean`](super::PartitionLog::clean)).
+    Compact,
+}
+
 /// Settings of one partition log. Defaults follow Kafka's. Deserializes
 /// from the agent's `[log]` table (Kafka's names, with underscores).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would grow past this.
@@ -25,7 +37,25 @@ pub struct LogConfig {
     /// Pages faulted in (MADV_POPULATE_WRITE) ahead of the write position,
     /// when receiving straight into the mapping; 0 turns pre-faulting off.
     pub prefault_bytes: u64,
+    /// `cleanup.policy`: `compact` turns the log cleaner on for local
+    /// topics (mirrored partitions follow their source byte for byte).
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long the cleaner keeps a tombstone (a
+    /// record with a null value), counted from the largest timestamp of its
+    /// segment.
+    pub delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio`: the periodic cleaner cleans a log only
+    /// once the bytes not cleaned yet are at least this share of the
+    /// cleanable bytes (0 cleans on every pass).
+    pub min_cleanable_dirty_ratio: f64,
+    /// `log.cleaner.backoff.ms`: how often each shard looks for a compacted
+    /// local partition to clean (one partition per pass).
+    pub log_cleaner_interval_ms: u64,
 }
+
+// The ratio is a plain number (never NaN in a sane config; a NaN compares
+// unequal to itself, which only makes two configs differ).
+impl Eq for LogConfig {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -39,6 +69,10 @@ impl Default for LogConfig {
             max_batch_bytes: 64 * 1024 * 1024,
             preallocate_bytes: 16 * 1024 * 1024,
             prefault_bytes: 8 * 1024 * 1024,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: 0.5,
+            log_cleaner_interval_ms: 15_000,
         }
     }
 }

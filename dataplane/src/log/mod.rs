@@ -14,6 +14,7 @@
 //! is served; after a crash only the longest valid prefix survives.
 
 mod checkpoint;
+mod cleaner;
 pub mod compacted;
 mod config;
 mod end_mirroring;
@@ -28,8 +29,9 @@ mod producer_state;
 mod segment;
 mod txn_index;
 
+pub use cleaner::{CleanOptions, CleanReport, SwapStep};
 pub use compacted::{CompactedLog, KeyedRecord};
-pub use config::LogConfig;
+pub use config::{CleanupPolicy, LogConfig};
 pub use end_mirroring::EndedMirroring;
 pub use epoch_cache::{EpochEntry, LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET};
 pub use error::LogError;

@@ -121,18 +121,21 @@ pub struct TimestampOffset {
 }
 
 pub struct PartitionLog {
-    dir: PathBuf,
-    config: LogConfig,
+    pub(super) dir: PathBuf,
+    pub(super) config: LogConfig,
     topic_id: Option<[u8; 16]>,
     /// By base offset; the last one is active.
-    segments: BTreeMap<i64, Segment>,
+    pub(super) segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
     next_offset: i64,
     recovery_point: i64,
     epochs: LeaderEpochCache,
-    producers: ProducerState,
+    pub(super) producers: ProducerState,
     unflushed_records: u64,
     last_flush_ms: u64,
+    /// The log cleaner's "first dirty offset" (memory only): segments that
+    /// start below it were cleaned since the log was opened.
+    pub(super) first_dirty_offset: i64,
 }
 
 impl PartitionLog {
@@ -142,6 +145,9 @@ impl PartitionLog {
         let dir = opts.dir.clone();
         std::fs::create_dir_all(&dir).map_err(LogError::io("create dir", &dir))?;
         let topic_id = Self::check_topic_id(&dir, opts.topic_id)?;
+        // A cleaned segment swapped in past its commit point is finished
+        // first; what is left of an uncommitted one goes with the strays.
+        super::cleaner::complete_interrupted_swaps(&dir)?;
         remove_strays(&dir)?;
         let epochs = LeaderEpochCache::load(dir.join(EPOCH_CHECKPOINT_FILE))?;
         let mut log = Self {
@@ -156,6 +162,7 @@ impl PartitionLog {
             producers: ProducerState::default(),
             unflushed_records: 0,
             last_flush_ms: opts.now_ms,
+            first_dirty_offset: 0,
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -833,6 +840,7 @@ impl PartitionLog {
             return self.truncate_fully_and_start_at(offset);
         }
         self.recovery_point = self.recovery_point.min(self.next_offset);
+        self.first_dirty_offset = self.first_dirty_offset.min(self.next_offset);
         self.epochs.truncate_from_end(self.next_offset);
         self.epochs.persist()?;
         ProducerState::delete_snapshots(&self.dir, |o| o > self.next_offset)?;
@@ -878,6 +886,7 @@ impl PartitionLog {
         self.producers.clear();
         self.epochs.clear();
         self.epochs.persist()?;
+        self.first_dirty_offset = offset;
         self.start_empty_at(offset)
     }
 

@@ -1,10 +1,12 @@
 //! The catalog: what this agent serves — its identity (node id, cluster id,
 //! advertised address) and, per topic, the topic id, the partitions, the
-//! shard that owns each, and the mirror it belongs to (a mirror topic is
-//! read-only). Written rarely (a partition opened or closed), read by every
-//! connection: a reader keeps a snapshot and takes the lock only when the
-//! generation counter says the catalog changed, so serving requests never
-//! contends on a lock shared between shards.
+//! shard that owns each, the mirror it belongs to (a mirror topic is
+//! read-only) and its config overrides (synced from the mirror's source by
+//! the control plane, served by DescribeConfigs). Written rarely (a
+//! partition opened or closed, a config synced), read by every connection:
+//! a reader keeps a snapshot and takes the lock only when the generation
+//! counter says the catalog changed, so serving requests never contends on
+//! a lock shared between shards.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,13 +49,27 @@ pub struct TopicEntry {
     /// partition); `None` for a local topic. Writability is decided per
     /// partition, by the owning shard.
     pub mirror: Option<String>,
+    /// The topic's config overrides (Kafka names → values), as the control
+    /// plane last published them ([`Catalog::set_topic_configs`]); empty by
+    /// default. DescribeConfigs answers them as the topic's own settings
+    /// (DYNAMIC_TOPIC_CONFIG).
+    pub configs: BTreeMap<String, String>,
 }
+
+/// Config overrides by name.
+pub type TopicConfigMap = BTreeMap<String, String>;
 
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     pub identity: ServerIdentity,
     topics: BTreeMap<String, TopicEntry>,
     names_by_id: HashMap<[u8; 16], String>,
+    /// Overrides of topics with no partition served right now: published
+    /// before the first partition registers (the control plane publishes
+    /// while the shards are still opening the logs), or kept from when the
+    /// last partition went (a partition moving between shards, a restart of
+    /// a failed one). A topic entry takes them when it appears.
+    detached_configs: BTreeMap<String, TopicConfigMap>,
 }
 
 impl Catalog {
@@ -74,6 +90,38 @@ impl Catalog {
 
     pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<&TopicEntry> {
         self.names_by_id.get(id).and_then(|name| self.topics.get(name))
+    }
+
+    /// A topic's config overrides as last published, whether or not any of
+    /// its partitions is served (`None`: none were published).
+    pub fn topic_configs(&self, topic: &str) -> Option<&TopicConfigMap> {
+        match self.topics.get(topic) {
+            Some(entry) => Some(&entry.configs),
+            None => self.detached_configs.get(topic),
+        }
+    }
+
+    /// Replaces a topic's config overrides (an empty map clears them);
+    /// returns whether anything changed. They stay with the topic's name
+    /// whatever happens to its partitions: set before the topic is served,
+    /// they apply once its first partition registers; kept while it has
+    /// none. Clear them (empty map) for a topic that is gone for good.
+    pub fn set_topic_configs(&mut self, topic: &str, configs: TopicConfigMap) -> bool {
+        if let Some(entry) = self.topics.get_mut(topic) {
+            if entry.configs == configs {
+                return false;
+            }
+            entry.configs = configs;
+            return true;
+        }
+        if configs.is_empty() {
+            return self.detached_configs.remove(topic).is_some();
+        }
+        if self.detached_configs.get(topic) == Some(&configs) {
+            return false;
+        }
+        self.detached_configs.insert(topic.to_owned(), configs);
+        true
     }
 
     /// The shard owning a partition, if it is served.
@@ -97,6 +145,7 @@ impl Catalog {
             id: id.unwrap_or_else(|| derived_topic_id(topic)),
             partitions: BTreeMap::new(),
             mirror: mirror.map(str::to_owned),
+            configs: self.detached_configs.remove(topic).unwrap_or_default(),
         });
         // The latest registration says who writes the topic now (a mirror
         // topic whose mirroring ended becomes local).
@@ -112,7 +161,11 @@ impl Catalog {
         entry.partitions.remove(&partition);
         if entry.partitions.is_empty() {
             self.names_by_id.remove(&entry.id);
-            self.topics.remove(topic);
+            if let Some(entry) = self.topics.remove(topic)
+                && !entry.configs.is_empty()
+            {
+                self.detached_configs.insert(topic.to_owned(), entry.configs);
+            }
         }
     }
 }
@@ -180,13 +233,35 @@ impl CatalogHandle {
             .remove(topic);
     }
 
-    /// Changes the catalog (copy on write: readers keep their snapshot).
-    pub fn update(&self, f: impl FnOnce(&mut Catalog)) {
+    /// Changes the catalog (copy on write: readers keep their snapshot);
+    /// returns what `f` returns.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Catalog) -> R) -> R {
         let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut next = Catalog::clone(&current);
-        f(&mut next);
+        let out = f(&mut next);
         *current = Arc::new(next);
         self.generation.fetch_add(1, Ordering::Release);
+        out
+    }
+
+    /// Publishes a topic's config overrides (see
+    /// [`Catalog::set_topic_configs`]); returns whether they changed. Callable
+    /// from any thread (the control plane's); unchanged overrides cost no
+    /// copy of the catalog and leave readers' snapshots valid, so publishing
+    /// every metadata round is cheap.
+    pub fn publish_topic_configs(&self, topic: &str, configs: TopicConfigMap) -> bool {
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current
+            .topic_configs(topic)
+            .map_or(configs.is_empty(), |c| *c == configs)
+        {
+            return false;
+        }
+        let mut next = Catalog::clone(&current);
+        let changed = next.set_topic_configs(topic, configs);
+        *current = Arc::new(next);
+        self.generation.fetch_add(1, Ordering::Release);
+        changed
     }
 
     pub fn snapshot(&self) -> Arc<Catalog> {
@@ -245,6 +320,82 @@ mod tests {
             c.remove_partition("t", 1);
         });
         assert!(view.get().topic_by_id(&[7; 16]).is_none());
+    }
+
+    fn configs(pairs: &[(&str, &str)]) -> TopicConfigMap {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn topic_configs_survive_partitions_coming_and_going() {
+        let handle = CatalogHandle::new(ServerIdentity::default());
+        let mut view = CatalogView::new(Arc::clone(&handle));
+        let retention = configs(&[("retention.ms", "1000")]);
+        // Published before the topic is served: kept for it.
+        assert!(handle.update(|c| c.set_topic_configs("t", retention.clone())));
+        assert_eq!(view.get().topic_configs("t"), Some(&retention));
+        assert!(view.get().topic("t").is_none(), "no partition, no topic");
+        handle.update(|c| c.add_partition("t", Some([1; 16]), 0, 0, Some("m")));
+        assert_eq!(view.get().topic("t").unwrap().configs, retention);
+        // More partitions, one removed: unchanged.
+        handle.update(|c| {
+            c.add_partition("t", None, 1, 1, Some("m"));
+            c.remove_partition("t", 0);
+        });
+        assert_eq!(view.get().topic("t").unwrap().configs, retention);
+        // The last partition goes and comes back (moved, restarted).
+        handle.update(|c| c.remove_partition("t", 1));
+        assert!(view.get().topic("t").is_none());
+        assert_eq!(view.get().topic_configs("t"), Some(&retention));
+        handle.update(|c| c.add_partition("t", None, 1, 0, Some("m")));
+        assert_eq!(view.get().topic("t").unwrap().configs, retention);
+        // Replaced, then cleared; other topics untouched.
+        let compact = configs(&[("cleanup.policy", "compact")]);
+        handle.update(|c| {
+            c.add_partition("u", None, 0, 0, None);
+            assert!(c.set_topic_configs("t", compact.clone()));
+            assert!(!c.set_topic_configs("t", compact.clone()), "same again: no change");
+        });
+        let c = view.get();
+        assert_eq!(c.topic("t").unwrap().configs, compact);
+        assert!(c.topic("u").unwrap().configs.is_empty());
+        assert_eq!(c.topic_configs("nothing"), None);
+        handle.update(|c| assert!(c.set_topic_configs("t", TopicConfigMap::new())));
+        assert!(view.get().topic("t").unwrap().configs.is_empty());
+        // Cleared while detached: gone.
+        handle.update(|c| {
+            assert!(c.set_topic_configs("gone", retention.clone()));
+            assert!(c.set_topic_configs("gone", TopicConfigMap::new()));
+            assert!(!c.set_topic_configs("gone", TopicConfigMap::new()));
+        });
+        assert_eq!(view.get().topic_configs("gone"), None);
+    }
+
+    #[test]
+    fn publishing_from_another_thread_moves_the_generation_only_on_change() {
+        fn shared<T: Send + Sync>(_: &T) {}
+        let handle = CatalogHandle::new(ServerIdentity::default());
+        shared(&handle);
+        handle.update(|c| c.add_partition("t", None, 0, 0, Some("m")));
+        let generation = || handle.generation.load(Ordering::Acquire);
+        let before = generation();
+        let publisher = Arc::clone(&handle);
+        let changed = std::thread::spawn(move || {
+            let retention = configs(&[("retention.ms", "5")]);
+            [
+                publisher.publish_topic_configs("t", retention.clone()),
+                publisher.publish_topic_configs("t", retention),
+                publisher.publish_topic_configs("never-served", TopicConfigMap::new()),
+            ]
+        })
+        .join()
+        .unwrap();
+        assert_eq!(changed, [true, false, false]);
+        assert_eq!(generation(), before + 1, "only the change made a new catalog");
+        assert_eq!(
+            handle.snapshot().topic("t").unwrap().configs,
+            configs(&[("retention.ms", "5")])
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Answers to every request except Fetch (see `fetch.rs`): ApiVersions,
 //! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster,
-//! DescribeConfigs, DescribeAcls, DescribeClusterMirrors; Produce,
+//! DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (answered by
+//! `acls.rs`), DescribeClusterMirrors; Produce,
 //! CreateTopics and InitProducerId are in `write.rs`. Partition facts come
 //! from the owning shard's log through `ShardAccess::query`; mirror facts
 //! from the control plane's reports.
@@ -47,8 +48,12 @@ const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 /// DescribeConfigs resource types.
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
-/// DescribeConfigs config source: the topic's own setting.
+/// DescribeConfigs config sources: the topic's own setting (an override,
+/// DYNAMIC_TOPIC_CONFIG), a setting of the agent's configuration file
+/// (STATIC_BROKER_CONFIG), a built-in default (DEFAULT_CONFIG).
 const SOURCE_TOPIC_CONFIG: i8 = 1;
+const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
+const SOURCE_DEFAULT_CONFIG: i8 = 5;
 /// READ_COMMITTED in ListOffsets and Fetch.
 pub const READ_COMMITTED: i8 = 1;
 /// A DescribeClusterMirrors entry for a mirror name we do not know. The
@@ -84,8 +89,16 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::DescribeConfigs, version, id, &body).await
         }
         Request::DescribeAcls(r) => {
-            let body = describe_acls(&r);
+            let body = describe_acls(&conn.acls, &r);
             conn.respond(ApiKey::DescribeAcls, version, id, &body).await
+        }
+        Request::CreateAcls(r) => {
+            let body = super::acls::create_acls_response(&conn.acls, &r);
+            conn.respond(ApiKey::CreateAcls, version, id, &body).await
+        }
+        Request::DeleteAcls(r) => {
+            let body = super::acls::delete_acls_response(&conn.acls, &r);
+            conn.respond(ApiKey::DeleteAcls, version, id, &body).await
         }
         Request::Produce(r) => {
             let acks = r.acks;
@@ -448,19 +461,79 @@ fn describe_cluster(catalog: &Arc<Catalog>, _request: &DescribeClusterRequest) -
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
-/// A topic's configs as Kafka names them, from its log's settings.
-fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String)> {
+/// A topic's configs as Kafka names them, from its log's settings, each
+/// with its source: the agent's file when it differs from the built-in
+/// default, else the default. Never DYNAMIC_TOPIC_CONFIG: a topic's own
+/// settings are its overrides in the catalog ([`with_overrides`]), so a
+/// peer syncing configs from us takes exactly those.
+fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String, i8)> {
     let c = log.config();
+    let d = crate::log::LogConfig::default();
+    let source = |differs: bool| {
+        if differs {
+            SOURCE_STATIC_BROKER_CONFIG
+        } else {
+            SOURCE_DEFAULT_CONFIG
+        }
+    };
     vec![
-        ("cleanup.policy", "delete".to_string()),
-        ("segment.bytes", c.segment_bytes.to_string()),
-        ("segment.ms", c.segment_ms.to_string()),
-        ("segment.index.bytes", c.segment_index_bytes.to_string()),
-        ("index.interval.bytes", c.index_interval_bytes.to_string()),
-        ("flush.messages", c.flush_messages.to_string()),
-        ("flush.ms", c.flush_ms.to_string()),
-        ("max.message.bytes", c.max_batch_bytes.to_string()),
+        ("cleanup.policy", "delete".to_string(), SOURCE_DEFAULT_CONFIG),
+        (
+            "segment.bytes",
+            c.segment_bytes.to_string(),
+            source(c.segment_bytes != d.segment_bytes),
+        ),
+        (
+            "segment.ms",
+            c.segment_ms.to_string(),
+            source(c.segment_ms != d.segment_ms),
+        ),
+        (
+            "segment.index.bytes",
+            c.segment_index_bytes.to_string(),
+            source(c.segment_index_bytes != d.segment_index_bytes),
+        ),
+        (
+            "index.interval.bytes",
+            c.index_interval_bytes.to_string(),
+            source(c.index_interval_bytes != d.index_interval_bytes),
+        ),
+        (
+            "flush.messages",
+            c.flush_messages.to_string(),
+            source(c.flush_messages != d.flush_messages),
+        ),
+        ("flush.ms", c.flush_ms.to_string(), source(c.flush_ms != d.flush_ms)),
+        (
+            "max.message.bytes",
+            c.max_batch_bytes.to_string(),
+            source(c.max_batch_bytes != d.max_batch_bytes),
+        ),
     ]
+}
+
+/// A topic's configs as DescribeConfigs answers them: its overrides from
+/// the catalog (DYNAMIC_TOPIC_CONFIG, in place of the log's value of the
+/// same name, the others after the log's settings, by name), and the log's
+/// settings for the rest.
+fn with_overrides(
+    log_settings: Vec<(&'static str, String, i8)>,
+    overrides: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String, i8)> {
+    let mut configs: Vec<(String, String, i8)> = log_settings
+        .into_iter()
+        .map(|(name, value, source)| match overrides.get(name) {
+            Some(v) => (name.to_owned(), v.clone(), SOURCE_TOPIC_CONFIG),
+            None => (name.to_owned(), value, source),
+        })
+        .collect();
+    let extra: Vec<_> = overrides
+        .iter()
+        .filter(|(name, _)| !configs.iter().any(|(n, _, _)| n == *name))
+        .map(|(name, value)| (name.clone(), value.clone(), SOURCE_TOPIC_CONFIG))
+        .collect();
+    configs.extend(extra);
+    configs
 }
 
 async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -473,10 +546,7 @@ async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsR
             .with_resource_name(resource.resource_name.clone());
         let configs = match resource.resource_type {
             RESOURCE_TOPIC => {
-                let owner = catalog
-                    .topic(&name)
-                    .and_then(|t| t.partitions.iter().next().map(|(&p, e)| (p, e.shard)));
-                let Some((partition, shard)) = owner else {
+                let Some(topic) = catalog.topic(&name) else {
                     results.push(
                         result
                             .with_error_code(ec::UNKNOWN_TOPIC_OR_PARTITION)
@@ -484,13 +554,20 @@ async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsR
                     );
                     continue;
                 };
-                let item = (shard, TopicPartition::new(name.clone(), partition), ());
-                conn.access
-                    .query(vec![item], topic_configs)
-                    .await
-                    .pop()
-                    .flatten()
-                    .unwrap_or_default()
+                let owner = topic.partitions.iter().next().map(|(&p, e)| (p, e.shard));
+                let log_settings = match owner {
+                    Some((partition, shard)) => {
+                        let item = (shard, TopicPartition::new(name.clone(), partition), ());
+                        conn.access
+                            .query(vec![item], topic_configs)
+                            .await
+                            .pop()
+                            .flatten()
+                            .unwrap_or_default()
+                    }
+                    None => Vec::new(),
+                };
+                with_overrides(log_settings, &topic.configs)
             }
             RESOURCE_BROKER => Vec::new(),
             _ => {
@@ -510,13 +587,13 @@ async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsR
         };
         let configs = configs
             .into_iter()
-            .filter(|(k, _)| wanted(k))
-            .map(|(k, v)| {
+            .filter(|(k, _, _)| wanted(k))
+            .map(|(k, v, source)| {
                 DescribeConfigsResourceResult::default()
-                    .with_name(StrBytes::from_static_str(k))
-                    .with_value(Some(str(&v)))
+                    .with_name(StrBytes::from_string(k))
+                    .with_value(Some(StrBytes::from_string(v)))
                     .with_read_only(true)
-                    .with_config_source(SOURCE_TOPIC_CONFIG)
+                    .with_config_source(source)
             })
             .collect();
         results.push(result.with_configs(configs));
@@ -613,10 +690,10 @@ fn describe_cluster_mirrors(
     }
 }
 
-/// No ACLs are stored yet (synced ACLs come with metadata sync): the
-/// answer is an empty list, not an error, so tools that list ACLs work.
-fn describe_acls(_request: &DescribeAclsRequest) -> DescribeAclsResponse {
-    DescribeAclsResponse::default()
+/// The stored ACLs the request's filter matches (see `acls.rs`; stored
+/// and served, not enforced).
+fn describe_acls(acls: &super::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
+    super::acls::describe_acls_response(acls, request)
 }
 
 #[cfg(test)]
@@ -724,6 +801,34 @@ mod tests {
                 .iter()
                 .flat_map(|t| &t.partitions)
                 .all(|p| p.last_mirror_epoch == -1)
+        );
+    }
+
+    #[test]
+    fn overrides_replace_log_settings_and_come_as_the_topic_s_own() {
+        let log = vec![
+            ("cleanup.policy", "delete".to_owned(), SOURCE_DEFAULT_CONFIG),
+            ("segment.bytes", "100".to_owned(), SOURCE_STATIC_BROKER_CONFIG),
+        ];
+        let overrides = BTreeMap::from([
+            ("retention.ms".to_owned(), "60000".to_owned()),
+            ("cleanup.policy".to_owned(), "compact".to_owned()),
+        ]);
+        let own = |n: &str, v: &str, s| (n.to_owned(), v.to_owned(), s);
+        assert_eq!(
+            with_overrides(log.clone(), &overrides),
+            [
+                own("cleanup.policy", "compact", SOURCE_TOPIC_CONFIG),
+                own("segment.bytes", "100", SOURCE_STATIC_BROKER_CONFIG),
+                own("retention.ms", "60000", SOURCE_TOPIC_CONFIG),
+            ]
+        );
+        assert_eq!(
+            with_overrides(log, &BTreeMap::new()),
+            [
+                own("cleanup.policy", "delete", SOURCE_DEFAULT_CONFIG),
+                own("segment.bytes", "100", SOURCE_STATIC_BROKER_CONFIG),
+            ]
         );
     }
 }

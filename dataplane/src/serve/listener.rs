@@ -19,6 +19,7 @@ use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
+use super::acls::AclStore;
 use super::catalog::CatalogView;
 use super::fetch::FetchSession;
 use super::handlers;
@@ -74,13 +75,50 @@ impl ListenerSettings {
     }
 }
 
+/// The serving tasks of one shard (its accept loop and every client
+/// connection), so that a stopping shard closes its listening socket and
+/// its connections instead of leaving them to the executor's end.
+#[derive(Default)]
+pub struct ServeTasks {
+    next_id: std::cell::Cell<u64>,
+    tasks: std::cell::RefCell<std::collections::HashMap<u64, glommio::task::JoinHandle<()>>>,
+}
+
+impl ServeTasks {
+    /// Runs `task` on this shard until it ends or [`ServeTasks::close_all`].
+    pub fn spawn(self: &Rc<Self>, task: impl std::future::Future<Output = ()> + 'static) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let tasks = Rc::clone(self);
+        let handle = glommio::spawn_local(async move {
+            task.await;
+            tasks.tasks.borrow_mut().remove(&id);
+        })
+        .detach();
+        self.tasks.borrow_mut().insert(id, handle);
+    }
+
+    /// Cancels every task (their sockets close as their futures drop) and
+    /// lets the executor drop them.
+    pub async fn close_all(&self) {
+        let tasks: Vec<_> = self.tasks.borrow_mut().drain().map(|(_, t)| t).collect();
+        for task in &tasks {
+            task.cancel();
+        }
+        // Cancelled tasks are dropped when the executor next runs them.
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Accepts connections on this shard's `listener` (bound to the shared
-/// port) until the executor ends.
+/// port) until the shard closes its serving tasks.
 pub async fn run_listener(
     listener: TcpListener,
     settings: ListenerSettings,
     access: ShardAccess,
     mirror_reports: Arc<MirrorReportsHandle>,
+    acls: Arc<AclStore>,
+    tasks: Rc<ServeTasks>,
 ) {
     let settings = Rc::new(settings);
     loop {
@@ -91,8 +129,9 @@ pub async fn run_listener(
                     Rc::clone(&settings),
                     access.clone(),
                     Arc::clone(&mirror_reports),
+                    Arc::clone(&acls),
                 );
-                glommio::spawn_local(conn.serve()).detach();
+                tasks.spawn(conn.serve());
             }
             Err(e) => {
                 tracing::warn!(shard = access.local.shard, error = %e, "accept failed");
@@ -128,6 +167,8 @@ pub async fn serve_handed_off(
     settings: ListenerSettings,
     access: ShardAccess,
     mirror_reports: Arc<MirrorReportsHandle>,
+    acls: Arc<AclStore>,
+    tasks: Rc<ServeTasks>,
 ) {
     let settings = Rc::new(settings);
     while let Ok(stream) = handed.recv().await {
@@ -136,8 +177,9 @@ pub async fn serve_handed_off(
             Rc::clone(&settings),
             access.clone(),
             Arc::clone(&mirror_reports),
+            Arc::clone(&acls),
         );
-        glommio::spawn_local(conn.serve()).detach();
+        tasks.spawn(conn.serve());
     }
 }
 
@@ -169,6 +211,8 @@ pub struct ClientConnection {
     pub catalog: CatalogView,
     /// What the control plane reports of each mirror (DescribeClusterMirrors).
     pub mirror_reports: Arc<MirrorReportsHandle>,
+    /// The agent's ACLs (DescribeAcls, CreateAcls, DeleteAcls).
+    pub acls: Arc<AclStore>,
     /// This connection's incremental fetch session, if the client made one.
     pub fetch_session: Option<FetchSession>,
     copy_buffer: Vec<u8>,
@@ -180,6 +224,7 @@ impl ClientConnection {
         settings: Rc<ListenerSettings>,
         access: ShardAccess,
         mirror_reports: Arc<MirrorReportsHandle>,
+        acls: Arc<AclStore>,
     ) -> Self {
         let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
         // Responses are written whole; Nagle would only delay them.
@@ -195,6 +240,7 @@ impl ClientConnection {
             access,
             catalog,
             mirror_reports,
+            acls,
             fetch_session: None,
             copy_buffer: Vec::new(),
         }

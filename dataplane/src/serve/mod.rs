@@ -11,7 +11,10 @@
 //!   topics, producer ids, Produce).
 //! * [`mirror_reports`] — what the control plane reports of each mirror,
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
+//! * [`acls`] — the ACL bindings the listener stores and serves
+//!   (DescribeAcls, CreateAcls, DeleteAcls; not enforced yet).
 
+pub mod acls;
 pub mod catalog;
 mod fetch;
 pub mod groups;
@@ -23,10 +26,11 @@ pub mod registry;
 pub mod request;
 mod write;
 
+pub use acls::{AclBinding, AclBindingFilter, AclStore};
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
 pub use listener::{
-    AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, run_acceptor, run_listener,
-    serve_handed_off,
+    AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, ServeTasks, run_acceptor,
+    run_listener, serve_handed_off,
 };
 pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
 pub use producer_ids::ProducerIds;

@@ -402,6 +402,89 @@ pub async fn run_jobs(registry: Rc<Registry>, jobs: async_channel::Receiver<Shar
     }
 }
 
+/// The shard's log cleaner: every `log_cleaner_interval_ms` it cleans one
+/// local partition whose topic is compacted and whose dirty ratio is due
+/// (mirrored partitions follow their source byte for byte and are never
+/// cleaned). The topic's config overrides in the catalog (synced from the
+/// mirror's source) win over the log's settings. Cleaning is synchronous
+/// work on the shard, so each pass cleans at most one partition, taking
+/// them in turn.
+pub async fn run_log_cleaner(registry: Rc<Registry>) {
+    let interval = Duration::from_millis(registry.log_config.log_cleaner_interval_ms.max(1));
+    let mut last_cleaned: Option<TopicPartition> = None;
+    loop {
+        glommio::timer::sleep(interval).await;
+        if let Some(tp) = registry.clean_next_log(last_cleaned.as_ref()) {
+            last_cleaned = Some(tp);
+        }
+    }
+}
+
+impl Registry {
+    /// Cleans the first due compacted local partition after `after` (in
+    /// partition order, wrapping); returns the one it cleaned.
+    fn clean_next_log(&self, after: Option<&TopicPartition>) -> Option<TopicPartition> {
+        let catalog = self.catalog.snapshot();
+        let mut candidates: Vec<(TopicPartition, Rc<ServedPartition>, crate::log::CleanOptions)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.mirror.is_none())
+            .filter_map(|(tp, p)| {
+                let log = p.log.try_borrow().ok()?;
+                let options = clean_options(log.config(), catalog.topic_configs(&tp.topic))?;
+                Some((tp.clone(), Rc::clone(p), options))
+            })
+            .collect();
+        candidates.sort_by(|a, b| a.0.cmp(&b.0));
+        let start = after.map_or(0, |a| candidates.partition_point(|(tp, _, _)| tp <= a));
+        let count = candidates.len();
+        for (tp, partition, options) in candidates.iter().cycle().skip(start).take(count) {
+            let Ok(mut log) = partition.log.try_borrow_mut() else {
+                continue;
+            };
+            match log.clean(options, now_ms()) {
+                Ok(report) if report.segments_cleaned == 0 => continue,
+                Ok(report) => {
+                    tracing::info!(shard = self.shard, partition = %tp, ?report, "cleaned a compacted log");
+                    return Some(tp.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(shard = self.shard, partition = %tp, error = %e, "log cleaning failed");
+                    return Some(tp.clone());
+                }
+            }
+        }
+        None
+    }
+}
+
+/// How the cleaner treats a partition of a topic with these settings:
+/// `None` unless it is compacted (`cleanup.policy` `compact` or
+/// `compact,delete`). The topic's overrides, by Kafka name, win over the
+/// log's settings.
+fn clean_options(
+    config: &LogConfig,
+    overrides: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<crate::log::CleanOptions> {
+    let get = |name: &str| overrides.and_then(|o| o.get(name));
+    let compact = match get("cleanup.policy") {
+        Some(policy) => policy.split(',').any(|p| p.trim() == "compact"),
+        None => config.cleanup_policy == crate::log::CleanupPolicy::Compact,
+    };
+    if !compact {
+        return None;
+    }
+    let mut options = crate::log::CleanOptions::from_config(config);
+    if let Some(ms) = get("delete.retention.ms").and_then(|v| v.parse().ok()) {
+        options.delete_retention_ms = ms;
+    }
+    if let Some(ratio) = get("min.cleanable.dirty.ratio").and_then(|v| v.parse().ok()) {
+        options.min_cleanable_ratio = Some(ratio);
+    }
+    Some(options)
+}
+
 /// A question about one partition, answered on its owning shard.
 pub type PartitionFn<Q, R> = fn(&ServedPartition, &PartitionLog, &Q) -> R;
 
@@ -463,5 +546,38 @@ impl ShardAccess {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod clean_options_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn topic_overrides_win_over_the_log_settings() {
+        let compact = LogConfig {
+            cleanup_policy: crate::log::CleanupPolicy::Compact,
+            ..LogConfig::default()
+        };
+        let overrides = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(clean_options(&LogConfig::default(), None).is_none());
+        let options = clean_options(&compact, None).unwrap();
+        assert_eq!(options.delete_retention_ms, 86_400_000);
+        assert_eq!(options.min_cleanable_ratio, Some(0.5));
+        let synced = overrides(&[
+            ("cleanup.policy", "compact, delete"),
+            ("delete.retention.ms", "1000"),
+            ("min.cleanable.dirty.ratio", "0.1"),
+        ]);
+        let options = clean_options(&LogConfig::default(), Some(&synced)).unwrap();
+        assert_eq!(
+            (options.delete_retention_ms, options.min_cleanable_ratio),
+            (1000, Some(0.1))
+        );
+        assert!(clean_options(&compact, Some(&overrides(&[("cleanup.policy", "delete")]))).is_none());
     }
 }

@@ -11,9 +11,9 @@ use std::panic::AssertUnwindSafe;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DescribeAclsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
+    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DescribeAclsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -46,6 +46,8 @@ pub enum ServedApi {
     InitProducerId = ApiKey::InitProducerId as i16,
     OffsetForLeaderEpoch = ApiKey::OffsetForLeaderEpoch as i16,
     DescribeAcls = ApiKey::DescribeAcls as i16,
+    CreateAcls = ApiKey::CreateAcls as i16,
+    DeleteAcls = ApiKey::DeleteAcls as i16,
     DescribeConfigs = ApiKey::DescribeConfigs as i16,
     DescribeCluster = ApiKey::DescribeCluster as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
@@ -99,6 +101,8 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::Metadata, 1, 12),
     (ServedApi::DescribeConfigs, 1, 4),
     (ServedApi::DescribeAcls, 1, 3),
+    (ServedApi::CreateAcls, 1, 3),
+    (ServedApi::DeleteAcls, 1, 3),
     (ServedApi::ApiVersions, 0, 3),
     (ServedApi::OffsetForLeaderEpoch, 2, 4),
     (ServedApi::DescribeCluster, 0, 1),
@@ -143,6 +147,8 @@ pub enum Request {
     DescribeCluster(DescribeClusterRequest),
     DescribeConfigs(DescribeConfigsRequest),
     DescribeAcls(DescribeAclsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
     Produce(ProduceRequest),
     CreateTopics(CreateTopicsRequest),
     InitProducerId(InitProducerIdRequest),
@@ -248,6 +254,8 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::DescribeCluster => Request::DescribeCluster(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeConfigs => Request::DescribeConfigs(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeAcls => Request::DescribeAcls(decode(body, version).map_err(malformed)?),
+        ApiKey::CreateAcls => Request::CreateAcls(decode(body, version).map_err(malformed)?),
+        ApiKey::DeleteAcls => Request::DeleteAcls(decode(body, version).map_err(malformed)?),
         ApiKey::Produce => Request::Produce(decode(body, version).map_err(malformed)?),
         ApiKey::CreateTopics => Request::CreateTopics(decode(body, version).map_err(malformed)?),
         ApiKey::InitProducerId => Request::InitProducerId(decode(body, version).map_err(malformed)?),
@@ -405,6 +413,8 @@ mod tests {
             ServedApi::Metadata => frame(api, version, &MetadataRequest::default()),
             ServedApi::DescribeConfigs => frame(api, version, &DescribeConfigsRequest::default()),
             ServedApi::DescribeAcls => frame(api, version, &DescribeAclsRequest::default()),
+            ServedApi::CreateAcls => frame(api, version, &CreateAclsRequest::default()),
+            ServedApi::DeleteAcls => frame(api, version, &DeleteAclsRequest::default()),
             ServedApi::ApiVersions => frame(api, version, &ApiVersionsRequest::default()),
             ServedApi::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
             ServedApi::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),

@@ -21,8 +21,8 @@ use crate::fetch::{
 use crate::log::{EndedMirroring, LogConfig, LogDir, TopicPartition};
 use crate::serve::registry::{ending_mirror, is_local_partition};
 use crate::serve::{
-    AcceptMode, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServedPartition,
-    ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
+    AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
+    ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
 };
 
 /// What one shard starts with.
@@ -46,6 +46,8 @@ pub struct ShardServing {
     pub catalog: Arc<CatalogHandle>,
     /// What the control plane reports of each mirror, for DescribeClusterMirrors.
     pub mirror_reports: Arc<MirrorReportsHandle>,
+    /// The agent's ACLs, served by the listener (one store for all shards).
+    pub acls: Arc<AclStore>,
     pub producer_ids: Arc<ProducerIds>,
     pub links: Arc<ShardLinks>,
     pub end: ShardLinkEnd,
@@ -182,6 +184,7 @@ pub fn spawn_shard(
         .name(&format!("shard-{index}"))
         .io_memory(plan.io_memory_bytes)
         .spawn(move || async move {
+            let serve_tasks = Rc::new(ServeTasks::default());
             let registry = Registry::new(
                 index,
                 serving.end.appended,
@@ -191,6 +194,7 @@ pub fn spawn_shard(
                 serving.producer_ids,
             );
             glommio::spawn_local(run_jobs(Rc::clone(&registry), serving.end.jobs)).detach();
+            glommio::spawn_local(crate::serve::registry::run_log_cleaner(Rc::clone(&registry))).detach();
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
                 crate::serve::groups::api::start(&registry);
@@ -200,7 +204,7 @@ pub fn spawn_shard(
                 };
                 // Bound here, before start-up is reported, so that clients
                 // can connect as soon as the agent says it is up. The
-                // listener tasks end with the executor, after the logs close.
+                // serving tasks are closed when the shard stops.
                 let accepts_here = settings.accept == AcceptMode::EachShard || index == 0;
                 let bound = if accepts_here {
                     TcpListener::bind(settings.addr)
@@ -214,20 +218,27 @@ pub fn spawn_shard(
                         let _ = serving.ready.send(Ok(()));
                         match (settings.accept, listener) {
                             (AcceptMode::EachShard, Some(listener)) => {
-                                glommio::spawn_local(run_listener(listener, settings, access, serving.mirror_reports))
-                                    .detach();
+                                serve_tasks.spawn(run_listener(
+                                    listener,
+                                    settings,
+                                    access,
+                                    serving.mirror_reports,
+                                    serving.acls,
+                                    Rc::clone(&serve_tasks),
+                                ));
                             }
                             (_, listener) => {
                                 if let Some(listener) = listener {
-                                    glommio::spawn_local(run_acceptor(listener, Arc::clone(&access.links))).detach();
+                                    serve_tasks.spawn(run_acceptor(listener, Arc::clone(&access.links)));
                                 }
-                                glommio::spawn_local(serve_handed_off(
+                                serve_tasks.spawn(serve_handed_off(
                                     serving.end.handoff,
                                     settings,
                                     access,
                                     serving.mirror_reports,
-                                ))
-                                .detach();
+                                    serving.acls,
+                                    Rc::clone(&serve_tasks),
+                                ));
                             }
                         }
                     }
@@ -245,6 +256,7 @@ pub fn spawn_shard(
                 log_config: plan.log_config,
                 mirrors: HashMap::new(),
                 registry,
+                serve_tasks,
             }
             .run(inbox)
             .await
@@ -265,6 +277,7 @@ struct Shard {
     log_config: LogConfig,
     mirrors: HashMap<String, MirrorTask>,
     registry: Rc<Registry>,
+    serve_tasks: Rc<ServeTasks>,
 }
 
 /// A partition found on disk, not (yet) claimed by a configured mirror:
@@ -469,6 +482,8 @@ impl Shard {
     }
 
     async fn stop(self) -> Result<Vec<ClosedPartition>, String> {
+        // No new requests: the listening socket and client connections close.
+        self.serve_tasks.close_all().await;
         for m in self.mirrors.values() {
             m.inbox.borrow_mut().push_back(MirrorCommand::Stop);
         }

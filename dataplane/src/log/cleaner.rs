@@ -1,0 +1,960 @@
+//! The log cleaner: Kafka's log compaction (`cleanup.policy=compact`) for
+//! local topics — after failover, or created here. Mirrored partitions are
+//! never cleaned: they follow their source byte for byte (the source's own
+//! compaction arrives as offset gaps).
+//!
+//! [`PartitionLog::clean`] works as Kafka's `LogCleaner` does, simplified:
+//!
+//! - **Offset map.** Key → offset of its latest record, over the whole log
+//!   below the last stable offset (sealed segments and the active one), so
+//!   that only decided records count. Records of aborted transactions
+//!   (as the `.txnindex` tells READ_COMMITTED readers) and control records
+//!   do not count: an aborted value never hides a committed one.
+//! - **Cleanable range.** The sealed segments from the log start up to the
+//!   first one that is active or reaches the last stable offset (Kafka's
+//!   "first uncleanable offset"). When the active segment is empty, the
+//!   last sealed one is left alone too, so the log end can never depend on
+//!   what cleaning removed.
+//! - **Groups.** Consecutive cleanable segments are rewritten together into
+//!   one segment (named after the first) while their bytes fit
+//!   `segment.bytes` and their offsets fit the relative offsets of one
+//!   segment — Kafka's `groupSegmentsBySize`, so repeated cleaning does not
+//!   leave ever smaller segments. A group in which nothing would change is
+//!   not rewritten at all.
+//! - **Records kept** (Kafka's `shouldRetainRecord`): a record whose key's
+//!   latest offset is its own offset; a record with a null key (Kafka
+//!   refuses them at produce on compacted topics, mirrored data may hold
+//!   them); a tombstone (null value) only while its segment's largest
+//!   timestamp is younger than `delete.retention.ms`.
+//! - **Batches.** A batch whose records all stay is copied byte for byte.
+//!   One that loses records is rebuilt as Kafka's
+//!   `MemoryRecords.filterTo` does: same base offset, last offset delta,
+//!   partition leader epoch, producer id/epoch/base sequence and timestamp
+//!   type, the kept records at their own offsets (deltas from the base),
+//!   with the batch's own codec (gzip, snappy in xerial framing as Java
+//!   writes it, lz4 frames with 64 KiB independent blocks, zstd), a new
+//!   CRC. Every rebuilt batch is decoded again and compared with what was
+//!   meant; should an encoder ever disagree, the batch is written
+//!   uncompressed instead. A batch left without records goes (an empty
+//!   batch too, once nothing needs it), except (Kafka's `RETAIN_EMPTY`)
+//!   the last batch of a producer id the producer state still knows, kept
+//!   as an empty batch (header only) so that its sequence numbers and last
+//!   offset survive a rebuild of producer state; and the last batch of a
+//!   group whose every batch would go, also kept empty, so that no segment
+//!   is ever empty (recovery drops empty segments at the tail of the log).
+//! - **Tombstone horizon.** A segment's largest timestamp is that of the
+//!   batches it holds: where cleaning drops a segment's newest batches, the
+//!   tombstones left in it may go sooner on a later pass (Kafka ≤ 3.0 used
+//!   the file's modification time, which a rewrite keeps; Kafka 3.1+
+//!   stamps a delete horizon into the batch, KIP-534).
+//! - **Dirtiness** (`min.cleanable.dirty.ratio`) counts the segments not
+//!   cleaned since the log was opened; it is kept in memory only (Kafka
+//!   keeps `cleaner-offset-checkpoint`), so after a restart each compacted
+//!   log is cleaned once in full. The offset map holds every live key of
+//!   the log in memory (Kafka bounds it and cleans in several passes).
+//! - **Transactions** (simplest correct rule, documented as such): control
+//!   batches (COMMIT/ABORT markers, MIRROR_PID_RESET) and transactional
+//!   batches are kept untouched. Kafka removes aborted records and, after
+//!   `delete.retention.ms`, markers whose transaction is gone; we only keep
+//!   a few more bytes, and READ_COMMITTED readers, the `.txnindex` entries
+//!   (copied into the cleaned segment) and producer state are unchanged.
+//!
+//! **Swapping** a cleaned segment in, crash-safe at every step (Kafka's
+//! `.cleaned`/`.swap` protocol, plus a small range file so that recovery
+//! knows exactly which old segments the new one replaces):
+//!
+//! 1. write `<base>.log.cleaned`, `.index.cleaned`, `.timeindex.cleaned`,
+//!    `.txnindex.cleaned` and `<base>.cleaner-range.cleaned` (the base
+//!    offset of the segment after the group), fsync each and the directory;
+//! 2. rename the four companion files to `.swap`, fsync the directory;
+//! 3. rename `<base>.log.cleaned` to `.swap`, fsync — the commit point;
+//! 4. delete the group's other segments, fsync;
+//! 5. rename the index swaps over the live names, fsync;
+//! 6. rename the log swap over `<base>.log`, fsync; remove the range file.
+//!
+//! [`PartitionLog::open`] first finishes steps 4–6 for every `.log.swap`
+//! it finds (idempotent), then removes every other `.cleaned`/`.swap` file
+//! as a stray: a crash before step 3 leaves the old segments, from step 3
+//! on the new one, never a mix. Offsets never move, the log start and end
+//! stay, and the cleaned segment's indexes are rebuilt as appends build
+//! them. A reader that holds an old segment's file (a sendfile read in
+//! flight) keeps reading the old inode: a batch never changes under it.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::batch::varint::{write_varint, write_varlong};
+use crate::batch::{BATCH_HEADER_BYTES, BatchIter, Compression, Record, RecordBatch, TimestampType, decode_records};
+
+use super::config::LogConfig;
+use super::error::{LogError, Result};
+use super::files::{
+    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, fsync_dir, list_offset_files, offset_file,
+    parse_offset_file, remove_if_exists,
+};
+use super::index::{OffsetIndex, TimeIndex};
+use super::partition_log::PartitionLog;
+use super::segment::Segment;
+use super::txn_index::AbortedTxn;
+
+/// Decompressed bytes allowed per batch while cleaning; a batch beyond it
+/// (or one that does not decode) is kept as it is and its keys not counted.
+const DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// The file naming the end of the offset range a cleaned segment replaces.
+const RANGE_SUFFIX: &str = "cleaner-range";
+/// Stage suffixes of a cleaned segment's files.
+const CLEANED: &str = "cleaned";
+const SWAP: &str = "swap";
+/// Files renamed before the log file at each stage (the log goes last).
+const COMPANIONS: [&str; 4] = [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, RANGE_SUFFIX];
+const SEGMENT_SUFFIXES: [&str; 4] = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX];
+/// xerial snappy-java framing, as Kafka's Java clients and brokers write it.
+const XERIAL_HEADER: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1];
+const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
+const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// How to clean.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanOptions {
+    /// `delete.retention.ms`: a tombstone goes once its segment's largest
+    /// timestamp is at least this old.
+    pub delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio`: clean only when the bytes not cleaned
+    /// since the log was opened are at least this share of the cleanable
+    /// bytes. `None` cleans whatever the ratio.
+    pub min_cleanable_ratio: Option<f64>,
+    /// Tests only: stop (with an error) right after this step of the first
+    /// swap, leaving the files as a crash there would; the log must then be
+    /// dropped and reopened.
+    #[doc(hidden)]
+    pub halt_after: Option<SwapStep>,
+}
+
+impl CleanOptions {
+    /// Cleans whatever the dirty ratio, keeping tombstones `delete_retention_ms`.
+    pub fn new(delete_retention_ms: u64) -> Self {
+        Self {
+            delete_retention_ms,
+            min_cleanable_ratio: None,
+            halt_after: None,
+        }
+    }
+
+    /// What a log's settings say (the periodic cleaner's options).
+    pub fn from_config(config: &LogConfig) -> Self {
+        Self {
+            delete_retention_ms: config.delete_retention_ms,
+            min_cleanable_ratio: Some(config.min_cleanable_dirty_ratio),
+            halt_after: None,
+        }
+    }
+}
+
+/// The steps of swapping one cleaned segment in (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SwapStep {
+    /// Every `.cleaned` file is written and synced.
+    Written,
+    /// The companion files are `.swap`; the log is still `.cleaned`.
+    CompanionsStaged,
+    /// The log is `.swap` too: the swap is committed.
+    Committed,
+    /// The group's other segments are deleted.
+    OldDeleted,
+    /// The indexes are live; the log is still `.swap`.
+    IndexesInstalled,
+    /// The log is live; the range file is still there.
+    Installed,
+}
+
+impl SwapStep {
+    pub const ALL: [SwapStep; 6] = [
+        Self::Written,
+        Self::CompanionsStaged,
+        Self::Committed,
+        Self::OldDeleted,
+        Self::IndexesInstalled,
+        Self::Installed,
+    ];
+
+    fn crash_point(self) -> &'static str {
+        match self {
+            Self::Written => "log-cleaner:written",
+            Self::CompanionsStaged => "log-cleaner:companions-staged",
+            Self::Committed => "log-cleaner:committed",
+            Self::OldDeleted => "log-cleaner:old-deleted",
+            Self::IndexesInstalled => "log-cleaner:indexes-installed",
+            Self::Installed => "log-cleaner:installed",
+        }
+    }
+}
+
+/// What one [`PartitionLog::clean`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    /// Sealed segments in the cleaned range (0 when nothing was due).
+    pub segments_cleaned: u32,
+    /// Of those, segments replaced on disk by a rewritten one.
+    pub segments_rewritten: u32,
+    pub records_removed: u64,
+    /// Bytes of the cleaned range before and after.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// What happens to one batch.
+enum Filtered {
+    /// Kept byte for byte.
+    Whole,
+    /// Replaced by a rebuilt batch (possibly empty).
+    Rebuilt { bytes: Vec<u8>, removed: u64 },
+    /// Gone.
+    Dropped { removed: u64 },
+}
+
+/// Aborted transactions by producer id: (first offset, ABORT marker offset).
+type AbortedRanges = HashMap<i64, Vec<(i64, i64)>>;
+
+/// Key → offset of its latest decided record.
+type OffsetMap = HashMap<Vec<u8>, i64>;
+
+impl PartitionLog {
+    /// Compacts the sealed segments (see the module doc for the rules and
+    /// the crash-safe swap). Offsets, the log start and the log end stay.
+    pub fn clean(&mut self, options: &CleanOptions, now_ms: u64) -> Result<CleanReport> {
+        let mut report = CleanReport::default();
+        if let Some(base) = committed_swaps(&self.dir)?.first() {
+            // A swap failed past its commit point (an I/O error): the old
+            // segments are still what this process reads, the files say
+            // otherwise until a reopen finishes the swap.
+            return Err(LogError::CorruptFile {
+                path: staged_path(&self.dir, *base, LOG_SUFFIX, SWAP),
+                reason: "an interrupted swap of a cleaned segment is finished when the log is reopened".into(),
+            });
+        }
+        let (cleanable, cleanable_end) = self.cleanable_segments();
+        if cleanable.is_empty() {
+            return Ok(report);
+        }
+        if let Some(min) = options.min_cleanable_ratio
+            && self.dirty_ratio(&cleanable) < min
+        {
+            return Ok(report);
+        }
+        let upper = self.last_stable_offset();
+        let aborted = self.aborted_ranges();
+        let map = self.build_offset_map(upper, &aborted)?;
+        for (group, next_base) in self.group_segments(&cleanable, cleanable_end) {
+            self.clean_group(&group, next_base, &map, options, now_ms, &mut report)?;
+        }
+        self.first_dirty_offset = self.first_dirty_offset.max(cleanable_end);
+        Ok(report)
+    }
+
+    /// Bytes not cleaned since the log was opened over all cleanable bytes.
+    pub fn cleanable_dirty_ratio(&self) -> f64 {
+        let (cleanable, _) = self.cleanable_segments();
+        self.dirty_ratio(&cleanable)
+    }
+
+    /// The cleanable segments' bases, and the base of the first segment
+    /// after them.
+    fn cleanable_segments(&self) -> (Vec<i64>, i64) {
+        let lso = self.last_stable_offset();
+        let (&active_base, active) = self.segments.iter().next_back().expect("a log has an active segment");
+        let mut bases: Vec<i64> = self
+            .segments
+            .iter()
+            .take_while(|&(&base, segment)| base != active_base && segment.next_offset <= lso)
+            .map(|(&base, _)| base)
+            .collect();
+        if active.size() == 0 && bases.len() + 1 == self.segments.len() {
+            bases.pop();
+        }
+        let end = bases
+            .last()
+            .and_then(|last| self.segments.range(last + 1..).next())
+            .map_or(active_base, |(&b, _)| b);
+        (bases, end)
+    }
+
+    fn dirty_ratio(&self, cleanable: &[i64]) -> f64 {
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        for base in cleanable {
+            let size = self.segments[base].size();
+            if *base < self.first_dirty_offset {
+                clean += size;
+            } else {
+                dirty += size;
+            }
+        }
+        if clean + dirty == 0 {
+            return 0.0;
+        }
+        dirty as f64 / (clean + dirty) as f64
+    }
+
+    fn aborted_ranges(&self) -> AbortedRanges {
+        let mut ranges = AbortedRanges::new();
+        for txn in self.segments.values().flat_map(|s| s.txn_index.entries()) {
+            ranges
+                .entry(txn.producer_id)
+                .or_default()
+                .push((txn.first_offset, txn.last_offset));
+        }
+        ranges
+    }
+
+    fn build_offset_map(&self, upper: i64, aborted: &AbortedRanges) -> Result<OffsetMap> {
+        let mut map = OffsetMap::new();
+        for segment in self.segments.values() {
+            for item in BatchIter::new(segment.bytes(), self.config.max_batch_bytes) {
+                let (_, batch) = item?;
+                if batch.base_offset() >= upper {
+                    return Ok(map);
+                }
+                if batch.is_control() || is_aborted(&batch, aborted) {
+                    continue;
+                }
+                // A batch that does not decode is kept whole: its keys
+                // unknown, older values of them stay too.
+                let Ok(records) = decode_records(&batch, DECOMPRESSED_BYTES_MAX) else {
+                    continue;
+                };
+                for record in records {
+                    if let (Some(key), true) = (record.key, record.offset < upper) {
+                        map.insert(key, record.offset);
+                    }
+                }
+            }
+        }
+        Ok(map)
+    }
+
+    /// Groups of consecutive segments rewritten into one, each with the
+    /// base of the segment that follows it.
+    fn group_segments(&self, cleanable: &[i64], cleanable_end: i64) -> Vec<(Vec<i64>, i64)> {
+        let mut groups: Vec<Vec<i64>> = Vec::new();
+        let mut size = 0;
+        for &base in cleanable {
+            let segment = &self.segments[&base];
+            let last_offset = (segment.next_offset - 1).max(base);
+            let fits = groups.last().is_some_and(|g| {
+                size + segment.size() <= self.config.segment_bytes && last_offset - g[0] <= i64::from(i32::MAX)
+            });
+            if fits {
+                groups.last_mut().expect("checked").push(base);
+                size += segment.size();
+            } else {
+                groups.push(vec![base]);
+                size = segment.size();
+            }
+        }
+        let mut out = Vec::with_capacity(groups.len());
+        for i in 0..groups.len() {
+            let next = groups.get(i + 1).map_or(cleanable_end, |g| g[0]);
+            out.push((std::mem::take(&mut groups[i]), next));
+        }
+        out
+    }
+
+    /// Decides what becomes of one batch.
+    fn filter_batch(&self, batch: &RecordBatch<&[u8]>, map: &OffsetMap, retain_deletes: bool) -> Filtered {
+        if batch.is_control() || batch.is_transactional() {
+            return Filtered::Whole;
+        }
+        let records = match decode_records(batch, DECOMPRESSED_BYTES_MAX) {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "log cleaner keeps a batch it cannot decode");
+                return Filtered::Whole;
+            }
+        };
+        let total = records.len();
+        let kept: Vec<Record> = records
+            .into_iter()
+            .filter(|r| keep_record(r, map, retain_deletes))
+            .collect();
+        let removed = (total - kept.len()) as u64;
+        if !kept.is_empty() {
+            if removed == 0 {
+                return Filtered::Whole;
+            }
+            return Filtered::Rebuilt {
+                bytes: rebuild_batch(batch, &kept),
+                removed,
+            };
+        }
+        let producers_last = batch.producer_id() >= 0
+            && self
+                .producers
+                .producer(batch.producer_id())
+                .is_some_and(|p| p.last_offset == batch.last_offset());
+        match (producers_last, removed) {
+            // Already empty, and still needed.
+            (true, 0) => Filtered::Whole,
+            (true, _) => Filtered::Rebuilt {
+                bytes: empty_batch(batch),
+                removed,
+            },
+            // Emptied now, or an empty batch no longer needed.
+            (false, _) => Filtered::Dropped { removed },
+        }
+    }
+
+    /// Cleans one group of segments into a new segment and swaps it in.
+    fn clean_group(
+        &mut self,
+        group: &[i64],
+        next_base: i64,
+        map: &OffsetMap,
+        options: &CleanOptions,
+        now_ms: u64,
+        report: &mut CleanReport,
+    ) -> Result<()> {
+        let base = group[0];
+        let bytes_before: u64 = group.iter().map(|b| self.segments[b].size()).sum();
+        report.segments_cleaned += group.len() as u32;
+        report.bytes_before += bytes_before;
+        remove_staged(&self.dir, base)?;
+        let written = self.write_cleaned(group, map, options.delete_retention_ms, now_ms);
+        let (size, removed) = match written {
+            Ok(Some(done)) => done,
+            Ok(None) => {
+                // Nothing to remove: the group stays as it is.
+                report.bytes_after += bytes_before;
+                return remove_staged(&self.dir, base);
+            }
+            Err(e) => {
+                let _ = remove_staged(&self.dir, base);
+                return Err(e);
+            }
+        };
+        let staged = (|| {
+            write_synced(
+                &staged_path(&self.dir, base, RANGE_SUFFIX, CLEANED),
+                format!("{next_base}\n").as_bytes(),
+            )?;
+            fsync_dir(&self.dir)?;
+            halt_at(SwapStep::Written, options, &self.dir)?;
+            for suffix in COMPANIONS {
+                rename(
+                    &staged_path(&self.dir, base, suffix, CLEANED),
+                    &staged_path(&self.dir, base, suffix, SWAP),
+                )?;
+            }
+            fsync_dir(&self.dir)?;
+            halt_at(SwapStep::CompanionsStaged, options, &self.dir)
+        })();
+        if let Err(e) = staged {
+            if options.halt_after.is_none() {
+                let _ = remove_staged(&self.dir, base);
+            }
+            return Err(e);
+        }
+        rename(
+            &staged_path(&self.dir, base, LOG_SUFFIX, CLEANED),
+            &staged_path(&self.dir, base, LOG_SUFFIX, SWAP),
+        )?;
+        fsync_dir(&self.dir)?;
+        // Committed: from here on a reopen finishes the swap.
+        halt_at(SwapStep::Committed, options, &self.dir)?;
+        // Should a step fail from here on, the old segments stay in memory
+        // (mapped: their data stays readable) and a reopen finishes the swap.
+        complete_swap(&self.dir, base, options)?;
+        let (mut segment, _) = Segment::open(&self.dir, base, &self.config, false, false)?;
+        if !segment.check_tail(self.config.max_batch_bytes) {
+            return Err(LogError::CorruptFile {
+                path: segment.log_path().to_owned(),
+                reason: "cleaned segment does not frame".into(),
+            });
+        }
+        for b in group {
+            // Their files are gone or replaced; readers holding them keep the old inodes.
+            drop(self.segments.remove(b));
+        }
+        self.segments.insert(base, segment);
+        report.segments_rewritten += group.len() as u32;
+        report.records_removed += removed;
+        report.bytes_after += size;
+        tracing::info!(dir = %self.dir.display(), base, segments = group.len(), bytes_before, bytes_after = size,
+            records_removed = removed, "swapped in a cleaned segment");
+        Ok(())
+    }
+
+    /// Writes the group's kept batches and rebuilt indexes to the
+    /// `.cleaned` files. `None` when nothing would change.
+    fn write_cleaned(
+        &self,
+        group: &[i64],
+        map: &OffsetMap,
+        delete_retention_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<(u64, u64)>> {
+        let base = group[0];
+        let max_batch_bytes = self.config.max_batch_bytes;
+        let source_bytes: u64 = group.iter().map(|b| self.segments[b].size()).sum();
+        let mut out = CleanedSegment::create(&self.dir, base, &self.config, source_bytes)?;
+        let mut txns: Vec<AbortedTxn> = Vec::new();
+        // Batches dropped or rebuilt: the group is rewritten only if any.
+        let (mut changes, mut removed) = (0usize, 0);
+        let mut last_batch = None;
+        for b in group {
+            let segment = &self.segments[b];
+            txns.extend_from_slice(segment.txn_index.entries());
+            let mut largest_timestamp = i64::MIN;
+            for item in BatchIter::new(segment.bytes(), max_batch_bytes) {
+                largest_timestamp = largest_timestamp.max(item?.1.max_timestamp());
+            }
+            let horizon = largest_timestamp.saturating_add(i64::try_from(delete_retention_ms).unwrap_or(i64::MAX));
+            let retain_deletes = horizon > i64::try_from(now_ms).unwrap_or(i64::MAX);
+            for item in BatchIter::new(segment.bytes(), max_batch_bytes) {
+                let (position, batch) = item?;
+                last_batch = Some((*b, position));
+                match self.filter_batch(&batch, map, retain_deletes) {
+                    Filtered::Whole => out.append(batch.bytes())?,
+                    Filtered::Rebuilt { bytes, removed: n } => {
+                        out.append(&bytes)?;
+                        (changes, removed) = (changes + 1, removed + n);
+                    }
+                    Filtered::Dropped { removed: n } => (changes, removed) = (changes + 1, removed + n),
+                }
+            }
+        }
+        if out.position == 0
+            && let Some((b, position)) = last_batch
+        {
+            // Never an empty segment: the group's last batch stays, empty
+            // (it was dropped: no change if it was that empty batch already).
+            let batch = self.segments[&b].batch_at(position as u64)?;
+            let empty = empty_batch(&batch);
+            if empty == batch.bytes() {
+                changes -= 1;
+            }
+            out.append(&empty)?;
+        }
+        if changes == 0 {
+            return Ok(None);
+        }
+        Ok(Some((out.finish(&txns)?, removed)))
+    }
+}
+
+fn is_aborted(batch: &RecordBatch<&[u8]>, aborted: &AbortedRanges) -> bool {
+    batch.is_transactional()
+        && !batch.is_control()
+        && aborted.get(&batch.producer_id()).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|&(first, marker)| first <= batch.base_offset() && batch.base_offset() < marker)
+        })
+}
+
+fn keep_record(record: &Record, map: &OffsetMap, retain_deletes: bool) -> bool {
+    let Some(key) = &record.key else {
+        return true;
+    };
+    match map.get(key) {
+        Some(&latest) if latest > record.offset => false,
+        _ => record.value.is_some() || retain_deletes,
+    }
+}
+
+/// The v2 batch header (61 bytes) followed by `records`, with its CRC.
+fn encode_batch(
+    original: &RecordBatch<&[u8]>,
+    attributes: i16,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: usize,
+    records: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
+    out.extend_from_slice(&original.base_offset().to_be_bytes());
+    let length = (BATCH_HEADER_BYTES - 12 + records.len()) as i32;
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(&original.partition_leader_epoch().to_be_bytes());
+    out.push(2);
+    out.extend_from_slice(&[0; 4]); // CRC, below
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&original.last_offset_delta().to_be_bytes());
+    out.extend_from_slice(&base_timestamp.to_be_bytes());
+    out.extend_from_slice(&max_timestamp.to_be_bytes());
+    out.extend_from_slice(&original.producer_id().to_be_bytes());
+    out.extend_from_slice(&original.producer_epoch().to_be_bytes());
+    out.extend_from_slice(&original.base_sequence().to_be_bytes());
+    out.extend_from_slice(&(count as i32).to_be_bytes());
+    debug_assert_eq!(out.len(), BATCH_HEADER_BYTES);
+    out.extend_from_slice(records);
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Kafka's `DefaultRecordBatch.writeEmptyHeader`: the batch's offsets,
+/// producer fields and flags, no records, its max timestamp as both
+/// timestamps, uncompressed.
+fn empty_batch(original: &RecordBatch<&[u8]>) -> Vec<u8> {
+    let attributes = original.attributes() & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL);
+    let ts = original.max_timestamp();
+    encode_batch(original, attributes, ts, ts, 0, &[])
+}
+
+/// The batch with only `kept` (Kafka's `buildRetainedRecordsInto`).
+fn rebuild_batch(original: &RecordBatch<&[u8]>, kept: &[Record]) -> Vec<u8> {
+    let log_append_time = original.timestamp_type() == TimestampType::LogAppendTime;
+    let (base_timestamp, max_timestamp) = if log_append_time {
+        (original.base_timestamp(), original.max_timestamp())
+    } else {
+        let max = kept.iter().map(|r| r.timestamp).max().unwrap_or(-1);
+        (kept.first().map_or(-1, |r| r.timestamp), max)
+    };
+    let raw = encode_records(original.base_offset(), base_timestamp, kept);
+    let codec = original.compression();
+    let timestamp_type = original.attributes() & ATTR_TIMESTAMP_TYPE;
+    if codec != Compression::None
+        && let Some(compressed) = compress(codec, &raw)
+    {
+        let attributes = timestamp_type | i16::from(codec.id());
+        let batch = encode_batch(
+            original,
+            attributes,
+            base_timestamp,
+            max_timestamp,
+            kept.len(),
+            &compressed,
+        );
+        let round_trip = RecordBatch::new(&batch[..])
+            .ok()
+            .and_then(|b| decode_records(&b, DECOMPRESSED_BYTES_MAX).ok());
+        if round_trip.as_deref() == Some(kept) {
+            return batch;
+        }
+        tracing::warn!(
+            codec = codec.name(),
+            base_offset = original.base_offset(),
+            "re-encoded batch does not decode to its records; writing it uncompressed"
+        );
+    }
+    encode_batch(
+        original,
+        timestamp_type,
+        base_timestamp,
+        max_timestamp,
+        kept.len(),
+        &raw,
+    )
+}
+
+/// The records section (uncompressed) of a v2 batch.
+fn encode_records(base_offset: i64, base_timestamp: i64, records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    for r in records {
+        body.clear();
+        body.push(0); // record attributes (unused in v2)
+        write_varlong(&mut body, r.timestamp.wrapping_sub(base_timestamp));
+        write_varint(&mut body, (r.offset - base_offset) as i32);
+        write_field(&mut body, r.key.as_deref());
+        write_field(&mut body, r.value.as_deref());
+        write_varint(&mut body, r.headers.len() as i32);
+        for h in &r.headers {
+            write_field(&mut body, Some(&h.key));
+            write_field(&mut body, h.value.as_deref());
+        }
+        write_varint(&mut out, body.len() as i32);
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+fn write_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
+    match field {
+        None => write_varint(out, -1),
+        Some(bytes) => {
+            write_varint(out, bytes.len() as i32);
+            out.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// `raw` compressed with `codec` as Kafka's clients write it; `None` when
+/// the codec is unknown or the encoder fails.
+fn compress(codec: Compression, raw: &[u8]) -> Option<Vec<u8>> {
+    let encoded = std::panic::catch_unwind(|| -> std::io::Result<Option<Vec<u8>>> {
+        Ok(match codec {
+            Compression::None => Some(raw.to_vec()),
+            Compression::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(raw)?;
+                Some(e.finish()?)
+            }
+            Compression::Snappy => {
+                let mut out = XERIAL_HEADER.to_vec();
+                let mut encoder = snap::raw::Encoder::new();
+                for block in raw.chunks(XERIAL_BLOCK_BYTES) {
+                    let compressed = encoder.compress_vec(block).map_err(std::io::Error::other)?;
+                    out.extend_from_slice(&(compressed.len() as i32).to_be_bytes());
+                    out.extend_from_slice(&compressed);
+                }
+                Some(out)
+            }
+            Compression::Lz4 => {
+                use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
+                let info = FrameInfo::new()
+                    .block_size(BlockSize::Max64KB)
+                    .block_mode(BlockMode::Independent);
+                let mut e = FrameEncoder::with_frame_info(info, Vec::new());
+                e.write_all(raw)?;
+                Some(e.finish().map_err(std::io::Error::other)?)
+            }
+            Compression::Zstd => Some(ruzstd::encoding::compress_to_vec(
+                raw,
+                ruzstd::encoding::CompressionLevel::Fastest,
+            )),
+            Compression::Unknown(_) => None,
+        })
+    });
+    match encoded {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            tracing::warn!(codec = codec.name(), error = %e, "compressing a cleaned batch failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(codec = codec.name(), "compressing a cleaned batch panicked");
+            None
+        }
+    }
+}
+
+/// A cleaned segment being written: the log through a buffer, the
+/// indexes as appends build them (Kafka's `LogSegment.append`).
+struct CleanedSegment {
+    base: i64,
+    dir: PathBuf,
+    log: BufWriter<File>,
+    index: OffsetIndex,
+    time_index: TimeIndex,
+    index_interval_bytes: u64,
+    position: u64,
+    bytes_since_index: u64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+}
+
+impl CleanedSegment {
+    fn create(dir: &Path, base: i64, config: &LogConfig, source_bytes: u64) -> Result<Self> {
+        let log_path = staged_path(dir, base, LOG_SUFFIX, CLEANED);
+        let log = File::create(&log_path).map_err(LogError::io("create", &log_path))?;
+        // Room for every entry the data could need, whatever the config says.
+        let interval = config.index_interval_bytes.max(1);
+        let needed = (source_bytes / interval + 2) * 12;
+        let max_bytes = config.segment_index_bytes.max(needed);
+        let (index, _) = OffsetIndex::open(
+            &staged_path(dir, base, INDEX_SUFFIX, CLEANED),
+            base,
+            max_bytes,
+            true,
+            true,
+        )?;
+        let (time_index, _) = TimeIndex::open(
+            &staged_path(dir, base, TIME_INDEX_SUFFIX, CLEANED),
+            base,
+            max_bytes,
+            true,
+            true,
+        )?;
+        Ok(Self {
+            base,
+            dir: dir.to_owned(),
+            log: BufWriter::with_capacity(1 << 20, log),
+            index,
+            time_index,
+            index_interval_bytes: config.index_interval_bytes,
+            position: 0,
+            bytes_since_index: 0,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+        })
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        let batch = RecordBatch::new(bytes)?;
+        let position = u32::try_from(self.position).map_err(|_| LogError::CorruptFile {
+            path: staged_path(&self.dir, self.base, LOG_SUFFIX, CLEANED),
+            reason: "cleaned segment would pass 4 GiB".into(),
+        })?;
+        let last_offset = batch.last_offset();
+        if batch.max_timestamp() > self.max_timestamp {
+            self.max_timestamp = batch.max_timestamp();
+            self.offset_of_max_timestamp = last_offset;
+        }
+        if self.bytes_since_index > self.index_interval_bytes {
+            if !self.index.is_full() {
+                self.index.append(last_offset, position)?;
+            }
+            self.time_index
+                .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+            self.bytes_since_index = 0;
+        }
+        let path = staged_path(&self.dir, self.base, LOG_SUFFIX, CLEANED);
+        self.log.write_all(bytes).map_err(LogError::io("write", &path))?;
+        self.bytes_since_index += bytes.len() as u64;
+        self.position += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Seals and syncs everything; writes the transaction index. Returns the log's size.
+    fn finish(mut self, txns: &[AbortedTxn]) -> Result<u64> {
+        let path = |suffix| staged_path(&self.dir, self.base, suffix, CLEANED);
+        self.time_index
+            .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+        self.index.seal()?;
+        self.time_index.seal()?;
+        let log = self
+            .log
+            .into_inner()
+            .map_err(|e| LogError::io("write", path(LOG_SUFFIX))(e.into_error()))?;
+        log.sync_all().map_err(LogError::io("fsync", path(LOG_SUFFIX)))?;
+        drop((self.index, self.time_index));
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let p = path(suffix);
+            File::open(&p)
+                .and_then(|f| f.sync_all())
+                .map_err(LogError::io("fsync", &p))?;
+        }
+        let entries: Vec<u8> = txns.iter().flat_map(encode_txn).collect();
+        write_synced(&path(TXN_INDEX_SUFFIX), &entries)?;
+        Ok(self.position)
+    }
+}
+
+/// A `.txnindex` entry: version 0, producer id, first offset, last offset,
+/// last stable offset (34 bytes).
+fn encode_txn(txn: &AbortedTxn) -> Vec<u8> {
+    let mut out = Vec::with_capacity(34);
+    out.extend_from_slice(&0i16.to_be_bytes());
+    for v in [
+        txn.producer_id,
+        txn.first_offset,
+        txn.last_offset,
+        txn.last_stable_offset,
+    ] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    out
+}
+
+fn staged_path(dir: &Path, base: i64, suffix: &str, stage: &str) -> PathBuf {
+    dir.join(format!("{base:020}.{suffix}.{stage}"))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = File::create(path).map_err(LogError::io("create", path))?;
+    file.write_all(bytes).map_err(LogError::io("write", path))?;
+    file.sync_all().map_err(LogError::io("fsync", path))
+}
+
+fn rename(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).map_err(LogError::io("rename", from))
+}
+
+/// Removes every staged file of a swap at `base` that is not committed
+/// (only valid while `<base>.log.swap` does not exist).
+fn remove_staged(dir: &Path, base: i64) -> Result<()> {
+    for suffix in SEGMENT_SUFFIXES.iter().chain([&RANGE_SUFFIX]) {
+        for stage in [CLEANED, SWAP] {
+            remove_if_exists(&staged_path(dir, base, suffix, stage))?;
+        }
+    }
+    Ok(())
+}
+
+/// The test hook (and crash point) after `step`.
+fn halt_at(step: SwapStep, options: &CleanOptions, dir: &Path) -> Result<()> {
+    crate::failpoint::crash_point(step.crash_point());
+    if options.halt_after == Some(step) {
+        return Err(LogError::Io {
+            op: "clean (halted by the test hook)",
+            path: dir.to_owned(),
+            source: std::io::Error::other(format!("halted after {step:?}")),
+        });
+    }
+    Ok(())
+}
+
+/// Steps 4–6 of a committed swap at `base` (idempotent: a reopen runs them
+/// again for whatever a crash left).
+fn complete_swap(dir: &Path, base: i64, options: &CleanOptions) -> Result<()> {
+    let range_path = staged_path(dir, base, RANGE_SUFFIX, SWAP);
+    let end = match fs::read_to_string(&range_path) {
+        Ok(text) => text.trim().parse::<i64>().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(LogError::io("read", &range_path)(e)),
+    };
+    let end = end.unwrap_or_else(|| {
+        // Cannot happen (the range file is staged before the log); keep
+        // every other segment rather than guess.
+        tracing::warn!(dir = %dir.display(), base, "cleaned segment without its range file; keeping later segments");
+        base + 1
+    });
+    // Later segments' files first, the head's own are replaced by rename.
+    for suffix in SEGMENT_SUFFIXES {
+        for offset in list_offset_files(dir, suffix)? {
+            if offset > base && offset < end {
+                remove_if_exists(&offset_file(dir, offset, suffix))?;
+            }
+        }
+    }
+    fsync_dir(dir)?;
+    halt_at(SwapStep::OldDeleted, options, dir)?;
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
+        let swap = staged_path(dir, base, suffix, SWAP);
+        if swap.exists() {
+            rename(&swap, &offset_file(dir, base, suffix))?;
+        }
+    }
+    fsync_dir(dir)?;
+    halt_at(SwapStep::IndexesInstalled, options, dir)?;
+    rename(
+        &staged_path(dir, base, LOG_SUFFIX, SWAP),
+        &offset_file(dir, base, LOG_SUFFIX),
+    )?;
+    fsync_dir(dir)?;
+    halt_at(SwapStep::Installed, options, dir)?;
+    remove_if_exists(&range_path)?;
+    fsync_dir(dir)
+}
+
+/// The bases of the committed swaps in `dir` (each a `<base>.log.swap`).
+fn committed_swaps(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    for entry in fs::read_dir(dir).map_err(LogError::io("list", dir))? {
+        let entry = entry.map_err(LogError::io("list", dir))?;
+        let name = entry.file_name();
+        if let Some(base) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".swap"))
+            .and_then(|n| parse_offset_file(n, LOG_SUFFIX))
+        {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Finishes every committed swap in `dir`, before the log's segments are
+/// listed. Uncommitted leftovers are strays.
+pub(crate) fn complete_interrupted_swaps(dir: &Path) -> Result<()> {
+    for base in committed_swaps(dir)? {
+        tracing::info!(dir = %dir.display(), base, "finishing the swap of a cleaned segment");
+        complete_swap(dir, base, &CleanOptions::new(0))?;
+    }
+    Ok(())
+}
