@@ -226,23 +226,6 @@ struct AgentProcess {
     listener: String,
 }
 
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The `addr=` field of the first log line holding `message`.
 fn logged_addr(log: &str, message: &str) -> Option<String> {
     log.lines().filter(|l| l.contains(message)).find_map(|l| {
@@ -280,20 +263,7 @@ impl AgentProcess {
     /// Starts the agent and waits until its admin API and listener are up
     /// (their ports, picked by the kernel, are read from its log).
     fn start(config: &Path, log_path: PathBuf) -> Self {
-        let log = std::fs::File::create(&log_path).expect("create agent log file");
-        let child = ChildGuard::spawn(
-            Command::new(env!("CARGO_BIN_EXE_ringmirror"))
-                .arg("run")
-                .arg("--config")
-                .arg(config)
-                .env("RUST_LOG", "info")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log),
-            "ringmirror run",
-        )
-        .expect("start ringmirror run");
+        let child = common::run_agent_binary(config, &log_path, &[]);
         let mut agent = Self {
             child,
             log_path,
@@ -321,7 +291,7 @@ impl AgentProcess {
     }
 
     fn log(&self) -> String {
-        strip_ansi(&std::fs::read_to_string(&self.log_path).unwrap_or_default())
+        common::strip_ansi(&std::fs::read_to_string(&self.log_path).unwrap_or_default())
     }
 
     /// The last lines of the log, for failure messages.

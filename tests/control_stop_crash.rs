@@ -31,7 +31,7 @@ mod mock_source;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -380,22 +380,8 @@ struct AgentProcess {
 
 impl AgentProcess {
     fn start(config: &Path, log_path: PathBuf, crash_at: Option<&str>) -> Self {
-        let log = std::fs::File::create(&log_path).expect("create agent log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ringmirror"));
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove(CRASH_AT_ENV)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        if let Some(point) = crash_at {
-            command.env(CRASH_AT_ENV, point);
-        }
-        let child = ChildGuard::spawn(&mut command, "ringmirror run").expect("start ringmirror run");
+        let env: Vec<(&str, &str)> = crash_at.map(|point| (CRASH_AT_ENV, point)).into_iter().collect();
+        let child = common::run_agent_binary(config, &log_path, &env);
         Self { child, log_path }
     }
 
@@ -415,7 +401,7 @@ impl AgentProcess {
         let started = Instant::now();
         loop {
             self.assert_running();
-            let log = strip_ansi(&self.log());
+            let log = common::strip_ansi(&self.log());
             if let Some(addr) = log
                 .lines()
                 .filter(|l| l.contains(message))
@@ -481,24 +467,6 @@ impl AgentProcess {
         assert!(log.contains("agent stopped cleanly"), "log:\n{log}");
         log
     }
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ parameters final-byte.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------

@@ -153,19 +153,7 @@ struct AgentProcess {
 
 impl AgentProcess {
     fn start(config: &Path, log_path: PathBuf) -> Self {
-        let log = std::fs::File::create(&log_path).expect("create agent log file");
-        let child = ChildGuard::spawn(
-            Command::new(env!("CARGO_BIN_EXE_ringmirror"))
-                .arg("run")
-                .arg("--config")
-                .arg(config)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log),
-            "ringmirror run",
-        )
-        .expect("start ringmirror run");
+        let child = common::run_agent_binary(config, &log_path, &[]);
         Self { child, log_path }
     }
 

@@ -1015,3 +1015,42 @@ where
         .join()
         .expect("the glommio executor")
 }
+
+/// `ringmirror run --config <config>` with its log (stderr, info level, no
+/// colors) in `log_path`; `env` adds variables (such as a crash point).
+pub fn run_agent_binary(config: &Path, log_path: &Path, env: &[(&str, &str)]) -> ChildGuard {
+    let log = std::fs::File::create(log_path).expect("create agent log file");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringmirror"));
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove(ringmirror_dataplane::failpoint::CRASH_AT_ENV)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    ChildGuard::spawn(&mut command, "ringmirror run").expect("start ringmirror run")
+}
+
+/// `s` without ANSI escape sequences (CSI: ESC [ parameters final-byte).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
