@@ -36,6 +36,9 @@ pub struct AdminArgs {
 pub enum MirrorCommand {
     /// Create a mirror from flags, or from a TOML file in a `[[mirror]]` table's shape (flags override the file).
     Create(Box<CreateArgs>),
+    /// Replace a mirror's definition (same arguments as create; the name
+    /// must be the mirror's): topics no longer selected stop, new ones start.
+    Update(Box<CreateArgs>),
     /// List the mirrors with their partition counts per state.
     List,
     /// Show a mirror's definition, sync status and partitions.
@@ -268,6 +271,14 @@ pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String
             (
                 "create",
                 client.request("POST", "/mirrors", Some(serde_json::json!(config)))?,
+            )
+        }
+        MirrorCommand::Update(update) => {
+            let config = update.config()?;
+            let route = path(&config.name, "");
+            (
+                "update",
+                client.request("PUT", &route, Some(serde_json::json!(config)))?,
             )
         }
         MirrorCommand::List => ("list", client.request("GET", "/mirrors", None)?),

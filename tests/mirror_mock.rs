@@ -412,3 +412,94 @@ fn the_destination_epoch_stays_above_the_source_epoch() {
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, &tps);
 }
+
+/// A mirror's definition replaced while running: a topic the new exclude
+/// pattern covers stops (its data kept) while the others go on; pointed at
+/// another cluster (another cluster id), all sync halts and no partition
+/// is touched.
+#[test]
+fn an_updated_definition_stops_excluded_topics_and_a_new_cluster_halts_sync() {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    for topic in ["t-keep", "t-drop"] {
+        cluster.create_topic(topic, 1, 1).expect("create topic");
+        produce(&bootstrap, topic, 1, 50, "none", 0);
+    }
+    let tps = partitions(&[("t-keep", 1), ("t-drop", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), &bootstrap, &["t-keep"]);
+    config.mirrors[0].topics_include = Some("t-.*".into());
+    let agent = Agent::start(config.clone()).expect("start agent");
+    wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    let states = || match agent.admin(AdminRequest::Status).unwrap() {
+        AdminAnswer::Status { partitions } => partitions
+            .into_iter()
+            .map(|p| (p.topic, p.state))
+            .collect::<BTreeMap<_, _>>(),
+        other => panic!("{other:?}"),
+    };
+    let wait_for = |topic: &str, state: &str| {
+        let started = Instant::now();
+        while states().get(topic).map(String::as_str) != Some(state) {
+            assert!(
+                started.elapsed() < MIRROR_DEADLINE,
+                "{topic} not {state}: {:?}",
+                states()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let mut update = config.mirrors[0].clone();
+    update.topics_exclude = "t-drop".into();
+    agent
+        .admin(AdminRequest::UpdateMirror { config: update.clone() })
+        .expect("update");
+    wait_for("t-drop", "STOPPED");
+    assert_eq!(states()["t-keep"], "MIRRORING");
+    produce(&bootstrap, "t-keep", 1, 20, "none", 100);
+    wait_mirrored(
+        &agent,
+        &BTreeMap::from([(tps[0].clone(), source_ends(&bootstrap, &tps[..1])[&tps[0]])]),
+    );
+
+    // Another cluster behind the mirror's servers: sync halts.
+    let other = MockCluster::new(1).expect("another mock cluster");
+    other.create_topic("t-new", 1, 1).expect("create topic");
+    update.bootstrap_servers = vec![other.bootstrap_servers()];
+    agent
+        .admin(AdminRequest::UpdateMirror { config: update })
+        .expect("update");
+    let started = Instant::now();
+    let halted = loop {
+        let AdminAnswer::Metrics { metrics } = agent.admin(AdminRequest::Metrics).unwrap() else {
+            panic!("metrics")
+        };
+        if metrics.mirrors[0].sync_halted {
+            break metrics;
+        }
+        assert!(started.elapsed() < MIRROR_DEADLINE, "sync not halted");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let described = match agent
+        .admin(AdminRequest::DescribeMirror { mirror: "dr".into() })
+        .unwrap()
+    {
+        AdminAnswer::Mirror { mirror } => mirror,
+        other => panic!("{other:?}"),
+    };
+    let error = described.sync_error.expect("a sync error");
+    assert!(error.contains("cluster id"), "{error}");
+    // Nothing of the other cluster is placed; nothing here changed state.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        states(),
+        BTreeMap::from([
+            ("t-drop".into(), "STOPPED".into()),
+            ("t-keep".into(), "MIRRORING".into())
+        ])
+    );
+    assert_eq!(halted.partitions.len(), 2);
+    agent.stop().expect("clean stop");
+}

@@ -17,6 +17,14 @@ pub enum AdminRequest {
     CreateMirror {
         config: MirrorConfig,
     },
+    /// Replace a mirror's definition (same name). The topic selection, sync
+    /// filters and source servers take effect at the next metadata round
+    /// (topics no longer selected stop: STOPPED, data kept; a source with
+    /// another cluster id halts sync); fetch settings apply to partitions
+    /// placed from then on (all of them after a restart).
+    UpdateMirror {
+        config: MirrorConfig,
+    },
     ListMirrors,
     DescribeMirror {
         mirror: String,

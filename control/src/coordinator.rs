@@ -1242,6 +1242,24 @@ impl Core {
     fn handle(&mut self, request: AdminRequest) -> Result<AdminAnswer, AdminError> {
         match request {
             AdminRequest::CreateMirror { mut config } => self.create_mirror(&mut config),
+            AdminRequest::UpdateMirror { mut config } => {
+                config.normalize();
+                let name = config.name.clone();
+                self.update_config(&name, |c| *c = config)?;
+                let m = self.mirrors.get_mut(&name).expect("updated");
+                m.group_filter = m
+                    .record
+                    .config
+                    .group_filter()
+                    .map_err(|e| AdminError::Invalid(e.to_string()))?;
+                m.reported_missing.clear();
+                m.reported_conflicts.clear();
+                tracing::info!(mirror = name, "mirror definition updated");
+                Ok(AdminAnswer::Accepted {
+                    mirror: name,
+                    partitions: Vec::new(),
+                })
+            }
             AdminRequest::ListMirrors => Ok(AdminAnswer::Mirrors {
                 mirrors: self.mirrors.keys().map(|n| self.summary(n)).collect(),
             }),
@@ -1364,6 +1382,11 @@ impl Core {
         let selection = TopicSelection::new(&record.config).map_err(|e| AdminError::Invalid(e.to_string()))?;
         self.store.put_mirror(&record).map_err(internal)?;
         let m = self.mirrors.get_mut(name).expect("checked");
+        if m.record.config.bootstrap_servers != record.config.bootstrap_servers {
+            // The next round reaches the new servers (and checks their
+            // cluster id against the recorded one).
+            m.conn = None;
+        }
         m.record = record;
         m.selection = selection;
         m.next_sync = Instant::now();

@@ -150,7 +150,10 @@ async fn serve(
 fn router(calls: Calls) -> Router {
     Router::new()
         .route("/mirrors", post(create_mirror).get(list_mirrors))
-        .route("/mirrors/{name}", get(describe_mirror).delete(delete_mirror))
+        .route(
+            "/mirrors/{name}",
+            get(describe_mirror).put(update_mirror).delete(delete_mirror),
+        )
         .route("/mirrors/{name}/topics", post(add_topics).delete(remove_topics))
         .route(
             "/mirrors/{name}/pause",
@@ -252,6 +255,22 @@ async fn create_mirror(State(calls): State<Calls>, body: Bytes) -> Answer {
     json(
         StatusCode::CREATED,
         call(&calls, AdminRequest::CreateMirror { config }).await?,
+    )
+}
+
+async fn update_mirror(State(calls): State<Calls>, Path(mirror): Path<String>, body: Bytes) -> Answer {
+    let mut config: MirrorConfig = parse(&body, "a mirror definition (JSON)")?;
+    if config.name != mirror {
+        return Err(AdminError::Invalid(format!(
+            "the definition names mirror {:?}, the route {mirror:?}",
+            config.name
+        ))
+        .into());
+    }
+    config.normalize();
+    json(
+        StatusCode::ACCEPTED,
+        call(&calls, AdminRequest::UpdateMirror { config }).await?,
     )
 }
 
@@ -453,7 +472,7 @@ mod tests {
             }],
         };
         Ok(match request {
-            AdminRequest::CreateMirror { config } => accepted(&config.name),
+            AdminRequest::CreateMirror { config } | AdminRequest::UpdateMirror { config } => accepted(&config.name),
             AdminRequest::ListMirrors => AdminAnswer::Mirrors {
                 mirrors: vec![MirrorSummary {
                     name: "dr".into(),
@@ -530,6 +549,17 @@ mod tests {
         let r = f.send("DELETE", "/mirrors/dr", None);
         assert_eq!((r.status, r.json()), (200, accepted.clone()));
         assert_eq!(f.seen(), [AdminRequest::DeleteMirror { mirror: "dr".into() }]);
+
+        // PUT replaces the definition; its name must be the route's.
+        let r = f.send("PUT", "/mirrors/dr", Some(&config_json().to_string()));
+        assert_eq!((r.status, r.json()), (202, accepted.clone()));
+        let [AdminRequest::UpdateMirror { config }] = &f.seen()[..] else {
+            panic!("not an UpdateMirror");
+        };
+        assert_eq!(config.bootstrap_servers, topics(&["a:1", "b:2"]));
+        let r = f.send("PUT", "/mirrors/other", Some(&config_json().to_string()));
+        assert_eq!((r.status, r.json()["error"].clone()), (400, json!("invalid")));
+        assert!(f.seen().is_empty(), "refused before the coordinator");
 
         let r = f.send("POST", "/mirrors/dr/topics", Some(r#"{"topics": ["a", "b"]}"#));
         assert_eq!((r.status, r.json()), (202, accepted.clone()));
