@@ -144,15 +144,22 @@ impl Source {
         }
     }
 
-    /// The source's high watermark of each partition (ListOffsets, no Fetch).
+    /// The source's high watermark of each partition (ListOffsets, no
+    /// Fetch); asked again while a moved leader makes it retriable.
     fn ends(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
         (0..partitions)
             .map(|p| {
-                let (_, high) = self
-                    .offsets
-                    .fetch_watermarks(topic, p, IO_TIMEOUT)
-                    .unwrap_or_else(|e| panic!("watermarks of {topic}-{p} at the source: {e}"));
-                (p, high)
+                let started = Instant::now();
+                loop {
+                    match self.offsets.fetch_watermarks(topic, p, IO_TIMEOUT) {
+                        Ok((_, high)) => break (p, high),
+                        Err(e) if started.elapsed() < IO_TIMEOUT => {
+                            eprintln!("watermarks of {topic}-{p}: {e}; asking again");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        Err(e) => panic!("watermarks of {topic}-{p} at the source: {e}"),
+                    }
+                }
             })
             .collect()
     }
@@ -263,7 +270,12 @@ impl AgentProcess {
     /// Starts the agent and waits until its admin API and listener are up
     /// (their ports, picked by the kernel, are read from its log).
     fn start(config: &Path, log_path: PathBuf) -> Self {
-        let child = common::run_agent_binary(config, &log_path, &[]);
+        Self::start_with(config, log_path, &[])
+    }
+
+    /// [`AgentProcess::start`] with more environment (a crash point).
+    fn start_with(config: &Path, log_path: PathBuf, env: &[(&str, &str)]) -> Self {
+        let child = common::run_agent_binary(config, &log_path, env);
         let mut agent = Self {
             child,
             log_path,
@@ -1304,5 +1316,133 @@ fn a_restarted_agent_keeps_mirroring_paused_stopped_and_failed_partitions() {
     // And the paused topic resumes.
     agent.cli_ok(&["mirror", "resume", "dr", B]);
     agent.wait_status("rb to catch up once resumed", |s| s.caught_up(B, &grown[B]));
+    agent.terminate();
+}
+
+/// Waits for the agent to kill itself at `point` (SIGKILL, as `kill -9`).
+fn wait_crashed(mut agent: AgentProcess, point: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = agent
+        .child
+        .wait_timeout(DEADLINE)
+        .unwrap_or_else(|| panic!("no crash at {point} within {DEADLINE:?}; log:\n{}", agent.log_tail()));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{point}: {status}");
+    assert!(
+        agent.log().contains("crash point reached"),
+        "{point}: {}",
+        agent.log_tail()
+    );
+}
+
+/// Restart in the passing states: the agent is killed right after it wrote
+/// PREPARING, PAUSING or EPOCH_FENCING (before acting on it) and, restarted,
+/// carries on from the stored state: the partition gets placed and mirrors,
+/// gets paused (and fetches nothing), gets its bumped epoch.
+#[test]
+fn a_restart_carries_on_from_preparing_pausing_and_epoch_fencing() {
+    use rdkafka::mocking::MockCluster;
+    const TOPIC: &str = "passing";
+    let source = Source::start(2);
+    let mock: MockCluster<'_, DefaultProducerContext> = source.mock();
+    mock.create_topic(TOPIC, 1, 1).expect("source topic");
+    mock.partition_leader(TOPIC, 0, Some(1)).expect("leader");
+    produce(&source.bootstrap, TOPIC, 0, &keys("a", 0, 0..10), false);
+    let create = |agent: &AgentProcess| {
+        agent.cli_ok(&[
+            "mirror",
+            "create",
+            "dr",
+            "--bootstrap-servers",
+            &source.bootstrap,
+            "--topics",
+            TOPIC,
+        ]);
+    };
+    let caught_up = |agent: &mut AgentProcess| {
+        let ends = source.ends(TOPIC, 1);
+        agent.wait_status("MIRRORING and caught up", |s| {
+            s.state(TOPIC, 0) == Some("MIRRORING") && s.caught_up(TOPIC, &ends)
+        });
+    };
+
+    // PREPARING: written for the new partition, then the crash.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let point = "prepare:preparing-written";
+    let agent = AgentProcess::start_with(&config, dir.path().join("1.log"), &[("RINGMIRROR_CRASH_AT", point)]);
+    create(&agent);
+    wait_crashed(agent, point);
+    let mut agent = AgentProcess::start(&config, dir.path().join("2.log"));
+    caught_up(&mut agent);
+    agent.terminate();
+
+    // PAUSING: written, then the crash before the shard heard of it.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let point = "pause:pausing-written";
+    let mut agent = AgentProcess::start_with(&config, dir.path().join("1.log"), &[("RINGMIRROR_CRASH_AT", point)]);
+    create(&agent);
+    caught_up(&mut agent);
+    let _ = agent.cli(&["mirror", "pause", "dr"]);
+    wait_crashed(agent, point);
+    let mut agent = AgentProcess::start(&config, dir.path().join("2.log"));
+    let paused = agent.wait_status("PAUSED", |s| s.state(TOPIC, 0) == Some("PAUSED"));
+    produce(&source.bootstrap, TOPIC, 0, &keys("b", 0, 0..10), false);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        agent
+            .wait_status("still PAUSED", |s| s.state(TOPIC, 0) == Some("PAUSED"))
+            .of(TOPIC, 0)
+            .destination_offset,
+        paused.of(TOPIC, 0).destination_offset,
+        "a paused partition fetched after the restart"
+    );
+    agent.cli_ok(&["mirror", "resume", "dr"]);
+    caught_up(&mut agent);
+    agent.terminate();
+
+    // EPOCH_FENCING: the source's leader moves until a bump is due; the
+    // bumped epoch is written, then the crash before it was applied.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let point = "epoch:fencing-written";
+    let mut agent = AgentProcess::start_with(&config, dir.path().join("1.log"), &[("RINGMIRROR_CRASH_AT", point)]);
+    create(&agent);
+    caught_up(&mut agent);
+    let first = agent.status()[0].destination_leader_epoch;
+    let mut moves = 0;
+    while agent.child.is_running() {
+        assert!(
+            moves < 20,
+            "no epoch bump after {moves} leader moves; log:\n{}",
+            agent.log_tail()
+        );
+        moves += 1;
+        mock.partition_leader(TOPIC, 0, Some(1 + moves % 2))
+            .expect("move the leader");
+        produce(
+            &source.bootstrap,
+            TOPIC,
+            0,
+            &keys("c", 0, moves as usize..moves as usize + 1),
+            false,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    wait_crashed(agent, point);
+    let mut agent = AgentProcess::start(&config, dir.path().join("2.log"));
+    caught_up(&mut agent);
+    let bumped = agent.status()[0].destination_leader_epoch;
+    assert!(bumped > first, "the bump was kept: {first} -> {bumped}");
+    let metadata_epoch = metadata_leader_epochs(&agent.listener, TOPIC)[&0];
+    let source_epoch = destination_batches(&agent.listener, TOPIC, 0)
+        .iter()
+        .map(|b| b.epoch)
+        .max()
+        .expect("mirrored batches");
+    assert!(
+        metadata_epoch >= bumped && metadata_epoch > source_epoch,
+        "Metadata says {metadata_epoch}; stored {bumped}; batches up to {source_epoch}"
+    );
     agent.terminate();
 }

@@ -609,6 +609,7 @@ impl Core {
             tracing::error!(mirror = key.mirror, partition = %tp, error = %e, "cannot record the epoch bump");
             return;
         }
+        crash_point("epoch:fencing-written");
         self.send(key, ShardCommand::SetLeaderEpoch { tp: tp.clone(), epoch });
         if resume {
             self.send(
@@ -807,6 +808,7 @@ impl Core {
         if added > 0 {
             tracing::info!(mirror = name, added, "new partitions to mirror");
             self.reports_dirty = true;
+            crash_point("prepare:preparing-written");
         }
     }
 
@@ -1511,6 +1513,7 @@ impl Core {
                 Change::Pause => {
                     // PAUSED once the shard says no fetch will include it.
                     self.set_state(&key, State::Pausing, |_| {})?;
+                    crash_point("pause:pausing-written");
                     self.send(
                         &key,
                         ShardCommand::Pause {
