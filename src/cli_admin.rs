@@ -39,6 +39,11 @@ pub enum MirrorCommand {
     /// Replace a mirror's definition (same arguments as create; the name
     /// must be the mirror's): topics no longer selected stop, new ones start.
     Update(Box<CreateArgs>),
+    /// Run the mirror's metadata sync (topics, configs, groups, ACLs) now.
+    Sync {
+        /// The mirror's name.
+        name: String,
+    },
     /// List the mirrors with their partition counts per state.
     List,
     /// Show a mirror's definition, sync status and partitions.
@@ -281,6 +286,7 @@ pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String
                 client.request("PUT", &route, Some(serde_json::json!(config)))?,
             )
         }
+        MirrorCommand::Sync { name } => ("sync", client.request("POST", &path(&name, "/sync"), None)?),
         MirrorCommand::List => ("list", client.request("GET", "/mirrors", None)?),
         MirrorCommand::Describe { name } => ("describe", client.request("GET", &path(&name, ""), None)?),
         MirrorCommand::Delete { name } => ("delete", client.request("DELETE", &path(&name, ""), None)?),

@@ -438,9 +438,10 @@ fn the_librdkafka_mock_serves_no_describe_configs_and_says_so() {
 }
 
 /// The coordinator does the rounds itself: an agent mirroring `orders`
-/// from a source with overrides serves them (DescribeConfigs) within a
-/// metadata round, a change at the source arrives in the next one, and
-/// `mirror describe` says what the last round found.
+/// from a source with overrides serves them (DescribeConfigs) after its
+/// first metadata round, a change at the source arrives with the next one
+/// (asked for on demand here: the interval is a minute), and `mirror
+/// describe` says what the last round found.
 #[test]
 fn an_agent_mirroring_a_topic_serves_the_source_s_configs() {
     use ringmirror_control::admin::{AdminAnswer, AdminRequest};
@@ -448,13 +449,9 @@ fn an_agent_mirroring_a_topic_serves_the_source_s_configs() {
     let first = configs(&[("retention.ms", "604800000"), ("min.insync.replicas", "2")]);
     source.catalog.update(|c| c.set_topic_configs("orders", first));
     let dir = tempfile::tempdir().unwrap();
-    let agent = ringmirror::agent::Agent::start(common::serving_mirror_config(
-        dir.path(),
-        &source.addr(),
-        &["orders"],
-        "",
-    ))
-    .expect("agent");
+    let mut config = common::serving_mirror_config(dir.path(), &source.addr(), &["orders"], "");
+    config.mirrors[0].metadata_refresh_interval_ms = 60_000;
+    let agent = ringmirror::agent::Agent::start(config).expect("agent");
     let addr = agent.listener_addr().unwrap().to_string();
     let wait_for = |want: Configs| {
         let started = std::time::Instant::now();
@@ -478,6 +475,9 @@ fn an_agent_mirroring_a_topic_serves_the_source_s_configs() {
             configs(&[("retention.ms", "86400000"), ("cleanup.policy", "compact")]),
         )
     });
+    agent
+        .admin(AdminRequest::Sync { mirror: "dr".into() })
+        .expect("sync now");
     wait_for(configs(&[("retention.ms", "86400000"), ("cleanup.policy", "compact")]));
     let described = match agent.admin(AdminRequest::DescribeMirror { mirror: "dr".into() }) {
         Ok(AdminAnswer::Mirror { mirror }) => mirror,

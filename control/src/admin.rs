@@ -60,6 +60,11 @@ pub enum AdminRequest {
         mirror: String,
         topics: Vec<String>,
     },
+    /// Run the mirror's metadata sync (topics, configs, groups, ACLs) now
+    /// rather than at the end of its refresh interval.
+    Sync {
+        mirror: String,
+    },
     /// Every partition of every mirror.
     Status,
     /// Everything `/metrics` reports.

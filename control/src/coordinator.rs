@@ -918,7 +918,13 @@ impl Core {
         let topics: Vec<String> = self
             .partitions
             .iter()
-            .filter(|(k, p)| k.mirror == name && matches!(p.record.state, State::Mirroring | State::EpochFencing))
+            .filter(|(k, p)| {
+                k.mirror == name
+                    && matches!(
+                        p.record.state,
+                        State::Preparing | State::Mirroring | State::EpochFencing
+                    )
+            })
             .map(|(_, p)| p.tp.topic.clone())
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -1275,6 +1281,17 @@ impl Core {
             AdminRequest::Resume { mirror, topics } => self.change(&mirror, &topics, Change::Resume),
             AdminRequest::Stop { mirror, topics } => self.change(&mirror, &topics, Change::Stop),
             AdminRequest::Restart { mirror, topics } => self.change(&mirror, &topics, Change::Restart),
+            AdminRequest::Sync { mirror } => {
+                let m = self
+                    .mirrors
+                    .get_mut(&mirror)
+                    .ok_or_else(|| AdminError::UnknownMirror { mirror: mirror.clone() })?;
+                m.next_sync = Instant::now();
+                Ok(AdminAnswer::Accepted {
+                    mirror,
+                    partitions: Vec::new(),
+                })
+            }
             AdminRequest::Status => Ok(AdminAnswer::Status {
                 partitions: self.views(),
             }),

@@ -171,6 +171,7 @@ fn router(calls: Calls) -> Router {
             "/mirrors/{name}/restart",
             topic_change(|mirror, topics| AdminRequest::Restart { mirror, topics }),
         )
+        .route("/mirrors/{name}/sync", post(sync_mirror))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/health", get(|| async { "ok" }))
@@ -272,6 +273,10 @@ async fn update_mirror(State(calls): State<Calls>, Path(mirror): Path<String>, b
         StatusCode::ACCEPTED,
         call(&calls, AdminRequest::UpdateMirror { config }).await?,
     )
+}
+
+async fn sync_mirror(State(calls): State<Calls>, Path(mirror): Path<String>) -> Answer {
+    json(StatusCode::ACCEPTED, call(&calls, AdminRequest::Sync { mirror }).await?)
 }
 
 async fn list_mirrors(State(calls): State<Calls>) -> Answer {
@@ -473,6 +478,7 @@ mod tests {
         };
         Ok(match request {
             AdminRequest::CreateMirror { config } | AdminRequest::UpdateMirror { config } => accepted(&config.name),
+            AdminRequest::Sync { mirror } => accepted(mirror),
             AdminRequest::ListMirrors => AdminAnswer::Mirrors {
                 mirrors: vec![MirrorSummary {
                     name: "dr".into(),
@@ -557,6 +563,9 @@ mod tests {
             panic!("not an UpdateMirror");
         };
         assert_eq!(config.bootstrap_servers, topics(&["a:1", "b:2"]));
+        let r = f.send("POST", "/mirrors/dr/sync", None);
+        assert_eq!((r.status, r.json()), (202, accepted.clone()));
+        assert_eq!(f.seen(), [AdminRequest::Sync { mirror: "dr".into() }]);
         let r = f.send("PUT", "/mirrors/other", Some(&config_json().to_string()));
         assert_eq!((r.status, r.json()["error"].clone()), (400, json!("invalid")));
         assert!(f.seen().is_empty(), "refused before the coordinator");

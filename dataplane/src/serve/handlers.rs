@@ -117,6 +117,10 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             let body = write::create_topics(conn, version, r).await;
             conn.respond(ApiKey::CreateTopics, version, id, &body).await
         }
+        Request::CreatePartitions(r) => {
+            let body = write::create_partitions(conn, r).await;
+            conn.respond(ApiKey::CreatePartitions, version, id, &body).await
+        }
         Request::InitProducerId(r) => {
             let body = write::init_producer_id(conn, &r);
             conn.respond(ApiKey::InitProducerId, version, id, &body).await

@@ -11,9 +11,9 @@ use std::panic::AssertUnwindSafe;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DescribeAclsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
+    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, InitProducerIdRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -49,6 +49,7 @@ pub enum ServedApi {
     CreateAcls = ApiKey::CreateAcls as i16,
     DeleteAcls = ApiKey::DeleteAcls as i16,
     DescribeConfigs = ApiKey::DescribeConfigs as i16,
+    CreatePartitions = ApiKey::CreatePartitions as i16,
     DescribeCluster = ApiKey::DescribeCluster as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
 }
@@ -107,6 +108,7 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::OffsetForLeaderEpoch, 2, 4),
     (ServedApi::DescribeCluster, 0, 1),
     (ServedApi::CreateTopics, 2, 7),
+    (ServedApi::CreatePartitions, 0, 3),
     (ServedApi::InitProducerId, 0, 4),
     (ServedApi::FindCoordinator, 0, 5),
     (ServedApi::JoinGroup, 0, 9),
@@ -151,6 +153,7 @@ pub enum Request {
     DeleteAcls(DeleteAclsRequest),
     Produce(ProduceRequest),
     CreateTopics(CreateTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
     InitProducerId(InitProducerIdRequest),
     /// The group coordinator's APIs.
     Group(GroupRequest),
@@ -258,6 +261,7 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::DeleteAcls => Request::DeleteAcls(decode(body, version).map_err(malformed)?),
         ApiKey::Produce => Request::Produce(decode(body, version).map_err(malformed)?),
         ApiKey::CreateTopics => Request::CreateTopics(decode(body, version).map_err(malformed)?),
+        ApiKey::CreatePartitions => Request::CreatePartitions(decode(body, version).map_err(malformed)?),
         ApiKey::InitProducerId => Request::InitProducerId(decode(body, version).map_err(malformed)?),
         ApiKey::FindCoordinator => {
             Request::Group(GroupRequest::FindCoordinator(decode(body, version).map_err(malformed)?))
@@ -419,6 +423,7 @@ mod tests {
             ServedApi::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
             ServedApi::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),
             ServedApi::CreateTopics => frame(api, version, &CreateTopicsRequest::default()),
+            ServedApi::CreatePartitions => frame(api, version, &CreatePartitionsRequest::default()),
             ServedApi::InitProducerId => frame(api, version, &InitProducerIdRequest::default()),
             ServedApi::FindCoordinator => frame(api, version, &km::FindCoordinatorRequest::default()),
             ServedApi::JoinGroup => frame(api, version, &km::JoinGroupRequest::default()),

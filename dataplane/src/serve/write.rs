@@ -1,5 +1,7 @@
 //! The write path for local topics: CreateTopics makes a topic at this
-//! agent (writable, unlike mirror topics), InitProducerId hands out
+//! agent (writable, unlike mirror topics), CreatePartitions grows one
+//! (a mirror topic's partitions follow its source and are refused with
+//! READ_ONLY_TOPIC), InitProducerId hands out
 //! producer ids for idempotent producers, and Produce appends to local
 //! topics on the owning shard — offsets assigned, the destination leader
 //! epoch stamped, retries recognised by producer id and sequence. Produce to
@@ -8,23 +10,27 @@
 //! transactional id and transactional batches get an error, nothing else.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest,
-    ProduceResponse, ProducerId,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::catalog::random_bytes;
 use super::listener::ClientConnection;
+use super::registry::{Registry, ServedPartition};
 use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
-use crate::log::{ProduceError, TopicPartition};
+use crate::log::{PartitionLog, ProduceError, TopicPartition};
+use crate::shard::UNCLAIMED_MIRROR;
 
 /// Kafka's limit on topic name length.
 const TOPIC_NAME_MAX: usize = 249;
@@ -199,6 +205,19 @@ fn new_topic_id() -> std::io::Result<[u8; 16]> {
     Ok(id)
 }
 
+/// A refused or failed topic change: (error code, message), logged.
+type Refusal = (i16, String);
+
+/// Logs a refusal and turns it into a response's (error code, message).
+fn refused(action: &str, topic: &str, (code, message): Refusal) -> (i16, Option<StrBytes>) {
+    if code == ec::KAFKA_STORAGE_ERROR {
+        tracing::error!(topic, code, message, "{action} failed");
+    } else {
+        tracing::info!(topic, code, message, "{action} refused");
+    }
+    (code, Some(StrBytes::from_string(message)))
+}
+
 /// CreateTopics: local topics, one replica (this agent), partitions placed
 /// on their shards. Mirror topics are created by their mirrors.
 pub async fn create_topics(
@@ -211,16 +230,12 @@ pub async fn create_topics(
         let name = t.name.0.to_string();
         let mut result = CreatableTopicResult::default().with_name(t.name.clone());
         let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
-        let refused = |code: i16, message: String| {
-            tracing::info!(topic = name, code, message, "create topic refused");
-            (code, Some(StrBytes::from_string(message)))
-        };
         let check = if let Err(message) = valid_topic_name(&name) {
-            Err(refused(ec::INVALID_TOPIC_EXCEPTION, message))
+            Err((ec::INVALID_TOPIC_EXCEPTION, message))
         } else if partitions < 1 || !t.assignments.is_empty() && t.assignments.len() != partitions as usize {
-            Err(refused(ec::INVALID_PARTITIONS, format!("{partitions} partitions")))
+            Err((ec::INVALID_PARTITIONS, format!("{partitions} partitions")))
         } else if !matches!(t.replication_factor, -1 | 1) {
-            Err(refused(
+            Err((
                 ec::INVALID_REPLICATION_FACTOR,
                 format!(
                     "replication factor {}: this agent is the only replica",
@@ -230,20 +245,27 @@ pub async fn create_topics(
         } else {
             Ok(())
         };
-        if let Err((code, message)) = check {
+        if let Err(refusal) = check {
+            let (code, message) = refused("create topic", &name, refusal);
             results.push(result.with_error_code(code).with_error_message(message));
             continue;
         }
         let handle = conn.access.local.catalog();
         if !handle.try_reserve_topic(&name) {
-            let (code, message) = refused(ec::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"));
+            let refusal = (ec::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"));
+            let (code, message) = refused("create topic", &name, refusal);
             results.push(result.with_error_code(code).with_error_message(message));
             continue;
         }
         let outcome = if request.validate_only {
             Ok([0; 16])
         } else {
-            create_partitions(conn, &name, partitions).await
+            match new_topic_id() {
+                Ok(id) => create_local_partitions(conn, &name, id, 0..partitions)
+                    .await
+                    .map(|()| id),
+                Err(e) => Err((ec::KAFKA_STORAGE_ERROR, format!("topic id: {e}"))),
+            }
         };
         handle.release_topic(&name);
         if version >= 5 {
@@ -254,29 +276,150 @@ pub async fn create_topics(
                 tracing::info!(topic = name, partitions, "created local topic");
                 result.with_topic_id(Uuid::from_bytes(if version >= 7 { id } else { [0; 16] }))
             }
-            Err(message) => {
-                tracing::error!(topic = name, message, "create topic failed");
-                result
-                    .with_error_code(ec::KAFKA_STORAGE_ERROR)
-                    .with_error_message(Some(StrBytes::from_string(message)))
+            Err(refusal) => {
+                let (code, message) = refused("create topic", &name, refusal);
+                result.with_error_code(code).with_error_message(message)
             }
         });
     }
     CreateTopicsResponse::default().with_topics(results)
 }
 
-async fn create_partitions(conn: &mut ClientConnection, topic: &str, partitions: i32) -> Result<[u8; 16], String> {
-    let id = new_topic_id().map_err(|e| format!("topic id: {e}"))?;
+/// Creates `partitions` of the local topic `topic` (id `id`), each on its
+/// owning shard with [`Registry::create_local`], in order: a crash between
+/// two leaves a topic with fewer partitions, which CreatePartitions grows.
+async fn create_local_partitions(
+    conn: &mut ClientConnection,
+    topic: &str,
+    id: [u8; 16],
+    partitions: Range<i32>,
+) -> Result<(), Refusal> {
     let shards = conn.access.links.shards();
-    for partition in 0..partitions {
+    for partition in partitions {
         let tp = TopicPartition::new(topic, partition);
         let shard = shard_for(&tp, shards);
         conn.access
-            .on(shard, move |registry| Some(registry.create_local(&tp, id)))
+            .on(shard, move |registry| create_local_partition(registry, &tp, id))
             .await
-            .ok_or("shard has stopped")??;
+            .ok_or((ec::KAFKA_STORAGE_ERROR, "shard has stopped".to_string()))??;
     }
-    Ok(id)
+    Ok(())
+}
+
+/// One new partition, on its shard (`None`: its log is busy, run again).
+/// A crash inside `create_local` (log opened, local marker not yet
+/// written) leaves a partition that the next start serves as unclaimed
+/// mirrored data: one that is unclaimed, empty, and has no topic id or
+/// this one is such a leftover, and its creation is completed here.
+fn create_local_partition(registry: &Registry, tp: &TopicPartition, id: [u8; 16]) -> Option<Result<(), Refusal>> {
+    let storage_error = |message: String| (ec::KAFKA_STORAGE_ERROR, message);
+    if let Some(existing) = registry.get(tp) {
+        let leftover = {
+            let log = existing.log.try_borrow().ok()?;
+            existing.mirror.as_deref() == Some(UNCLAIMED_MIRROR)
+                && log.log_end_offset() == 0
+                && log.topic_id().is_none_or(|found| found == id)
+        };
+        drop(existing);
+        if !leftover || std::env::var_os("XX_NOLEFT").is_some() {
+            return Some(Err((ec::INVALID_PARTITIONS, format!("{tp} exists already"))));
+        }
+        tracing::info!(partition = %tp, "completing a partition whose creation was interrupted");
+        if let Err(e) = registry.close(tp) {
+            return Some(Err(storage_error(format!("close {tp}: {e}"))));
+        }
+    }
+    Some(registry.create_local(tp, id).map_err(storage_error))
+}
+
+/// How an existing partition stands for CreatePartitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Local (writable here), with its topic id.
+    Local(Option<[u8; 16]>),
+    /// Mirrored data no mirror has claimed (yet), or a partition whose
+    /// creation a crash interrupted (see [`create_local_partition`]).
+    Unclaimed,
+    /// Written by a mirror.
+    Mirrored,
+}
+
+fn standing(p: &ServedPartition, log: &PartitionLog, _: &()) -> Standing {
+    match p.mirror.as_deref() {
+        None => Standing::Local(log.topic_id()),
+        Some(UNCLAIMED_MIRROR) => Standing::Unclaimed,
+        Some(_) => Standing::Mirrored,
+    }
+}
+
+/// CreatePartitions: grows local topics, new partitions made as
+/// CreateTopics makes them (the topic's id, each on its owning shard).
+/// Assignments are accepted and ignored (this agent is the only replica).
+/// A topic that a mirror writes (or that holds only unclaimed mirrored
+/// data) is refused with READ_ONLY_TOPIC: KIP-1279 gives mirror topics
+/// that code for every change clients attempt, its partitions follow the
+/// source's (metadata sync).
+pub async fn create_partitions(
+    conn: &mut ClientConnection,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for t in &request.topics {
+        let name = t.name.0.to_string();
+        let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        results.push(match grow_topic(conn, &name, t.count, request.validate_only).await {
+            Ok(()) => {
+                let validated = if request.validate_only { " (validate only)" } else { "" };
+                tracing::info!(topic = name, partitions = t.count, "grew local topic{validated}");
+                result
+            }
+            Err(refusal) => {
+                let (code, message) = refused("create partitions", &name, refusal);
+                result.with_error_code(code).with_error_message(message)
+            }
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+/// Grows `topic` to `count` partitions (checks only, if `validate_only`).
+async fn grow_topic(conn: &mut ClientConnection, topic: &str, count: i32, validate_only: bool) -> Result<(), Refusal> {
+    let catalog = conn.catalog.get();
+    let entry = catalog
+        .topic(topic)
+        .ok_or_else(|| (ec::UNKNOWN_TOPIC_OR_PARTITION, format!("unknown topic {topic:?}")))?;
+    let items = entry
+        .partitions
+        .iter()
+        .map(|(&partition, p)| (p.shard, TopicPartition::new(topic, partition), ()))
+        .collect();
+    let standings = conn.access.query(items, standing).await;
+    let read_only = || {
+        let message = format!("{topic:?} is a mirror topic: its partitions follow its source");
+        (ec::READ_ONLY_TOPIC, message)
+    };
+    if standings.contains(&Some(Standing::Mirrored)) {
+        return Err(read_only());
+    }
+    let ids: Vec<Option<[u8; 16]>> = standings
+        .iter()
+        .filter_map(|s| match s {
+            Some(Standing::Local(id)) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let Some(&id) = ids.first() else {
+        return Err(read_only());
+    };
+    let current = ids.len() as i32;
+    if count <= current {
+        let message = format!("topic {topic:?} has {current} partitions: {count} would add none");
+        return Err((ec::INVALID_PARTITIONS, message));
+    }
+    if validate_only {
+        return Ok(());
+    }
+    create_local_partitions(conn, topic, id.unwrap_or(entry.id), current..count).await
 }
 
 /// InitProducerId for idempotent producers (no transactional id): a new
