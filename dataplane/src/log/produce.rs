@@ -180,6 +180,31 @@ mod tests {
         .build()
     }
 
+    /// Local writes roll segments like any append, also after the end of
+    /// mirroring (whose markers come at a new leader epoch).
+    #[test]
+    fn produced_batches_roll_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 4096,
+            segment_index_bytes: 65536,
+            preallocate_bytes: 65536,
+            prefault_bytes: 0,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::open(OpenOptions::new(dir.path(), config)).unwrap().0;
+        log.end_mirroring(11, "source", 0).unwrap();
+        for _ in 0..200 {
+            let mut b = idempotent(-1, -1, -1, 1);
+            log.append_produced(&mut b, 12, 0).unwrap();
+        }
+        let segments = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".log"))
+            .count();
+        assert!(segments > 3, "{segments} segments for {} bytes", log.size_bytes());
+    }
+
     #[test]
     fn assigns_offsets_and_stamps_the_epoch() {
         let dir = tempfile::tempdir().unwrap();
