@@ -611,3 +611,82 @@ fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
     }
     agent.stop().expect("stop");
 }
+
+/// After failover, the topic's synced `retention.ms` applies locally: the
+/// agent deletes the segments whose newest record is older, and the log
+/// start moves (ListOffsets earliest) while the newest records stay.
+#[test]
+fn a_failed_over_topic_keeps_its_synced_retention() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    let source = Listener::start(&[("aging", 1)], |_| {});
+    source
+        .catalog
+        .update(|c| c.set_topic_configs("aging", configs(&[("retention.ms", "2000")])));
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::serving_mirror_config(dir.path(), &source.addr(), &["aging"], "");
+    config.log.segment_bytes = 2048;
+    config.log.segment_index_bytes = 65536;
+    config.log.preallocate_bytes = 65536;
+    config.log.prefault_bytes = 0;
+    config.log.log_cleaner_interval_ms = 100;
+    let agent = ringmirror::agent::Agent::start(config).expect("agent");
+    let addr = agent.listener_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let deadline = Duration::from_secs(60);
+    while overrides(&describe(&addr, &["aging"]), "aging")
+        .get("retention.ms")
+        .map(String::as_str)
+        != Some("2000")
+    {
+        assert!(started.elapsed() < deadline, "configs not synced");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent.end_mirroring("dr", "aging").expect("stop");
+    let stopped = || match agent.admin(AdminRequest::Status).unwrap() {
+        AdminAnswer::Status { partitions } => partitions.iter().all(|p| p.state == "STOPPED"),
+        other => panic!("{other:?}"),
+    };
+    while !stopped() {
+        assert!(started.elapsed() < deadline, "not stopped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &addr)
+        .create()
+        .expect("producer");
+    let produce = |from: usize| {
+        for round in 0..10 {
+            for i in 0..10 {
+                let value = format!("v{}-{}", from + round, i);
+                producer
+                    .send(BaseRecord::to("aging").partition(0).key("k").payload(&value))
+                    .expect("queued");
+            }
+            producer.flush(IO_TIMEOUT).expect("flushed");
+        }
+    };
+    produce(0);
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &addr)
+        .create()
+        .expect("consumer");
+    let watermarks = || consumer.fetch_watermarks("aging", 0, IO_TIMEOUT).expect("watermarks");
+    let (_, first_end) = watermarks();
+    // Older than 2 s: once newer records come, the old segments go.
+    std::thread::sleep(Duration::from_millis(2500));
+    produce(100);
+    let (_, end) = watermarks();
+    loop {
+        let (start, now_end) = watermarks();
+        if start >= first_end / 2 {
+            assert_eq!(now_end, end, "the newest records stay");
+            assert!(start < end, "the active segment stays");
+            break;
+        }
+        assert!(started.elapsed() < deadline, "log start still {start} (end {end})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent.stop().expect("stop");
+}

@@ -828,3 +828,49 @@ fn recovery_regression_cut_after_the_recovery_segment() {
     )
     .unwrap();
 }
+
+/// Local retention: sealed segments go from the oldest while their newest
+/// record is older than retention.ms, or while the rest still holds
+/// retention.bytes; the active segment always stays; the log start moves to
+/// the first kept segment and reads below it are refused.
+#[test]
+fn retention_deletes_the_oldest_sealed_segments_by_time_and_by_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(2048);
+    let step = Step::Data {
+        gap: 0,
+        records: 4,
+        value_bytes: 200,
+        epoch_bump: 0,
+        producer: None,
+    };
+    let batches = build_batches(&[step; 24], 0);
+    let mut log = open(dir.path(), &config, 0, 0, false);
+    append_in_chunks(&mut log, &batches, 1, false);
+    let newest = batches.iter().map(|b| b.max_timestamp).max().unwrap() as u64;
+    let middle = batches[batches.len() / 2].max_timestamp as u64;
+    // Nothing is old enough yet, and no size bound: nothing moves.
+    assert_eq!(log.apply_retention(Some(3_600_000), None, newest).unwrap(), None);
+    // By time: segments whose newest record is older than the middle batch
+    // go (whole sealed segments only: the log start lands on a segment base).
+    let moved = log
+        .apply_retention(Some(newest - middle), None, newest)
+        .unwrap()
+        .expect("the first segments are older than the cutoff");
+    assert!(moved > 0 && moved <= batches[batches.len() / 2].base, "{moved}");
+    assert_log_matches(&log, &batches, moved);
+    assert!(log.read(0, 1 << 20).is_err(), "below the log start");
+    // By size: the log shrinks to at most a bound plus one segment; the
+    // active segment stays.
+    let before = log.size_bytes();
+    let start = log.apply_retention(None, Some(4096), newest).unwrap().expect("too big");
+    assert!(log.size_bytes() < before && log.size_bytes() >= 4096 - 2048);
+    assert_log_matches(&log, &batches, start);
+    // Everything old, and a tiny bound: only the active segment is left.
+    log.apply_retention(Some(1), Some(1), newest + 10).unwrap();
+    assert!(log.log_start_offset() <= log.log_end_offset());
+    assert_eq!(log.log_end_offset(), batches.last().unwrap().last + 1);
+    drop(log);
+    let log = open(dir.path(), &config, 0, 0, false);
+    assert_eq!(log.log_end_offset(), batches.last().unwrap().last + 1);
+}

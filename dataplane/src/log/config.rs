@@ -49,8 +49,16 @@ pub struct LogConfig {
     /// cleanable bytes (0 cleans on every pass).
     pub min_cleanable_dirty_ratio: f64,
     /// `log.cleaner.backoff.ms`: how often each shard looks for a compacted
-    /// local partition to clean (one partition per pass).
+    /// local partition to clean (one partition per pass), and applies
+    /// retention to local partitions.
     pub log_cleaner_interval_ms: u64,
+    /// `retention.ms` for local partitions (`cleanup.policy` with delete):
+    /// sealed segments whose newest record is older go. None (the default,
+    /// unlike Kafka's 7 days): kept, unless the topic's synced config says.
+    pub retention_ms: Option<u64>,
+    /// `retention.bytes` for local partitions: the oldest sealed segments
+    /// go while the log is larger. None (the default): no bound.
+    pub retention_bytes: Option<u64>,
 }
 
 // The ratio is a plain number (never NaN in a sane config; a NaN compares
@@ -73,6 +81,8 @@ impl Default for LogConfig {
             delete_retention_ms: 86_400_000,
             min_cleanable_dirty_ratio: 0.5,
             log_cleaner_interval_ms: 15_000,
+            retention_ms: None,
+            retention_bytes: None,
         }
     }
 }

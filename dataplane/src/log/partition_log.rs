@@ -890,6 +890,42 @@ impl PartitionLog {
         self.start_empty_at(offset)
     }
 
+    /// Local retention (Kafka's delete policy): the oldest sealed segments
+    /// go while their newest record is older than `retention_ms` or while
+    /// the log without them is still at least `retention_bytes`; the active
+    /// segment always stays. Returns the new log start when it moved.
+    pub fn apply_retention(
+        &mut self,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+        now_ms: u64,
+    ) -> Result<Option<i64>> {
+        let cutoff = retention_ms.map(|ms| i64::try_from(now_ms.saturating_sub(ms)).unwrap_or(i64::MAX));
+        let mut remaining = self.size_bytes();
+        let active_base = *self.segments.keys().next_back().expect("a log has an active segment");
+        let mut new_start = None;
+        for (&base, segment) in &self.segments {
+            if base == active_base {
+                break;
+            }
+            let too_old = cutoff.is_some_and(|c| segment.max_timestamp >= 0 && segment.max_timestamp < c);
+            let too_big = retention_bytes.is_some_and(|max| remaining.saturating_sub(segment.size()) >= max);
+            if !(too_old || too_big) {
+                break;
+            }
+            remaining -= segment.size();
+            new_start = Some(segment.next_offset);
+        }
+        match new_start {
+            Some(start) if start > self.log_start_offset => {
+                tracing::info!(dir = %self.dir.display(), log_start_offset = start, "retention: old segments deleted");
+                self.advance_log_start(start)?;
+                Ok(Some(start))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Moves the log start forward (retention, or the source's log start):
     /// offsets below it are no longer served, and whole segments below it
     /// are deleted. Past the log end, the log restarts empty there.

@@ -414,6 +414,7 @@ pub async fn run_log_cleaner(registry: Rc<Registry>) {
     let mut last_cleaned: Option<TopicPartition> = None;
     loop {
         glommio::timer::sleep(interval).await;
+        registry.apply_retention();
         if let Some(tp) = registry.clean_next_log(last_cleaned.as_ref()) {
             last_cleaned = Some(tp);
         }
@@ -421,6 +422,41 @@ pub async fn run_log_cleaner(registry: Rc<Registry>) {
 }
 
 impl Registry {
+    /// Applies retention (time and size, the log's settings or the topic's
+    /// synced `retention.ms`/`retention.bytes`) to local partitions whose
+    /// cleanup policy deletes. Mirrored partitions follow their source's log
+    /// start instead.
+    fn apply_retention(&self) {
+        let catalog = self.catalog.snapshot();
+        for (tp, partition) in self.partitions.borrow().iter().filter(|(_, p)| p.mirror.is_none()) {
+            let Ok(mut log) = partition.log.try_borrow_mut() else {
+                continue;
+            };
+            let overrides = catalog.topic_configs(&tp.topic);
+            let get = |name: &str| overrides.and_then(|o| o.get(name));
+            let deletes = match get("cleanup.policy") {
+                Some(policy) => policy.split(',').any(|p| p.trim() == "delete"),
+                None => log.config().cleanup_policy == crate::log::CleanupPolicy::Delete,
+            };
+            if !deletes {
+                continue;
+            }
+            // -1 is Kafka's "no limit".
+            let limit = |name: &str, default: Option<u64>| match get(name).map(|v| v.parse::<i64>()) {
+                Some(Ok(v)) => u64::try_from(v).ok(),
+                _ => default,
+            };
+            let retention_ms = limit("retention.ms", log.config().retention_ms);
+            let retention_bytes = limit("retention.bytes", log.config().retention_bytes);
+            if retention_ms.is_none() && retention_bytes.is_none() {
+                continue;
+            }
+            if let Err(e) = log.apply_retention(retention_ms, retention_bytes, now_ms()) {
+                tracing::warn!(shard = self.shard, partition = %tp, error = %e, "retention failed");
+            }
+        }
+    }
+
     /// Cleans the first due compacted local partition after `after` (in
     /// partition order, wrapping); returns the one it cleaned.
     fn clean_next_log(&self, after: Option<&TopicPartition>) -> Option<TopicPartition> {
