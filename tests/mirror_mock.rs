@@ -286,9 +286,30 @@ fn pause_resume_and_remove_commands_take_effect() {
 /// UNKNOWN_TOPIC_OR_PARTITION) moves to STOPPED within a metadata round:
 /// its data stays, and it is a writable local topic now; the other topic
 /// goes on mirroring.
+/// Each mirrored topic's partition state (one-partition topics), as the
+/// admin API reports it.
+fn topic_states(agent: &Agent) -> BTreeMap<String, String> {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    match agent.admin(AdminRequest::Status).unwrap() {
+        AdminAnswer::Status { partitions } => partitions.into_iter().map(|p| (p.topic, p.state)).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn wait_for_state(agent: &Agent, topic: &str, state: &str) {
+    let started = Instant::now();
+    while topic_states(agent).get(topic).map(String::as_str) != Some(state) {
+        assert!(
+            started.elapsed() < MIRROR_DEADLINE,
+            "{topic} not {state}: {:?}",
+            topic_states(agent)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_topic_deleted_at_the_source_is_stopped_and_kept() {
-    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     cluster.create_topic("doomed", 1, 1).expect("create topic");
@@ -307,18 +328,8 @@ fn a_topic_deleted_at_the_source_is_stopped_and_kept() {
             rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
         )
         .unwrap();
-    let states = || match agent.admin(AdminRequest::Status).unwrap() {
-        AdminAnswer::Status { partitions } => partitions
-            .into_iter()
-            .map(|p| (p.topic, p.state))
-            .collect::<BTreeMap<_, _>>(),
-        other => panic!("{other:?}"),
-    };
-    let started = Instant::now();
-    while states()["doomed"] != "STOPPED" {
-        assert!(started.elapsed() < MIRROR_DEADLINE, "not stopped: {:?}", states());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let states = || topic_states(&agent);
+    wait_for_state(&agent, "doomed", "STOPPED");
     assert_eq!(states()["kept"], "MIRRORING");
     produce(&bootstrap, "kept", 1, 50, "none", 1000);
     wait_mirrored(
@@ -432,31 +443,14 @@ fn an_updated_definition_stops_excluded_topics_and_a_new_cluster_halts_sync() {
     config.mirrors[0].topics_include = Some("t-.*".into());
     let agent = Agent::start(config.clone()).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
-    let states = || match agent.admin(AdminRequest::Status).unwrap() {
-        AdminAnswer::Status { partitions } => partitions
-            .into_iter()
-            .map(|p| (p.topic, p.state))
-            .collect::<BTreeMap<_, _>>(),
-        other => panic!("{other:?}"),
-    };
-    let wait_for = |topic: &str, state: &str| {
-        let started = Instant::now();
-        while states().get(topic).map(String::as_str) != Some(state) {
-            assert!(
-                started.elapsed() < MIRROR_DEADLINE,
-                "{topic} not {state}: {:?}",
-                states()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let states = || topic_states(&agent);
 
     let mut update = config.mirrors[0].clone();
     update.topics_exclude = "t-drop".into();
     agent
         .admin(AdminRequest::UpdateMirror { config: update.clone() })
         .expect("update");
-    wait_for("t-drop", "STOPPED");
+    wait_for_state(&agent, "t-drop", "STOPPED");
     assert_eq!(states()["t-keep"], "MIRRORING");
     produce(&bootstrap, "t-keep", 1, 20, "none", 100);
     wait_mirrored(

@@ -492,27 +492,20 @@ fn an_agent_mirroring_a_topic_serves_the_source_s_configs() {
     agent.stop().expect("stop");
 }
 
-/// After failover, the topic's synced `cleanup.policy=compact` applies
-/// locally: the agent's log cleaner (every 100 ms here) compacts what
-/// producers write to the failed-over topic — the latest value of every
-/// key stays at its offset, nothing is invented or duplicated.
-#[test]
-fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    use rdkafka::{Message, Offset, TopicPartitionList};
+/// A source serving a one-partition `topic` with `overrides`, and an agent
+/// (small segments, its cleaner every 100 ms) that mirrored it, took the
+/// synced configs and failed it over (STOPPED, writable). Returns the
+/// source, the agent's data dir, the agent and its listener address.
+fn failed_over(
+    topic: &str,
+    overrides_at_source: &[(&str, &str)],
+) -> (Listener, tempfile::TempDir, ringmirror::agent::Agent, String) {
     use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-    const KEYS: usize = 20;
-    const ROUNDS: usize = 30;
-    let source = Listener::start(&[("ledger", 1)], |_| {});
-    source.catalog.update(|c| {
-        c.set_topic_configs(
-            "ledger",
-            configs(&[("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.01")]),
-        )
-    });
+    let source = Listener::start(&[(topic, 1)], |_| {});
+    let wanted = configs(overrides_at_source);
+    source.catalog.update(|c| c.set_topic_configs(topic, wanted.clone()));
     let dir = tempfile::tempdir().unwrap();
-    let mut config = common::serving_mirror_config(dir.path(), &source.addr(), &["ledger"], "");
+    let mut config = common::serving_mirror_config(dir.path(), &source.addr(), &[topic], "");
     config.log.segment_bytes = 2048;
     config.log.index_interval_bytes = 512;
     config.log.segment_index_bytes = 65536;
@@ -523,15 +516,11 @@ fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
     let addr = agent.listener_addr().unwrap().to_string();
     let started = std::time::Instant::now();
     let deadline = Duration::from_secs(60);
-    while overrides(&describe(&addr, &["ledger"]), "ledger")
-        .get("cleanup.policy")
-        .map(String::as_str)
-        != Some("compact")
-    {
+    while overrides(&describe(&addr, &[topic]), topic) != wanted {
         assert!(started.elapsed() < deadline, "configs not synced");
         std::thread::sleep(Duration::from_millis(100));
     }
-    agent.end_mirroring("dr", "ledger").expect("stop");
+    agent.end_mirroring("dr", topic).expect("stop");
     let stopped = || match agent.admin(AdminRequest::Status).unwrap() {
         AdminAnswer::Status { partitions } => partitions.iter().all(|p| p.state == "STOPPED"),
         other => panic!("{other:?}"),
@@ -540,6 +529,25 @@ fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
         assert!(started.elapsed() < deadline, "not stopped");
         std::thread::sleep(Duration::from_millis(50));
     }
+    (source, dir, agent, addr)
+}
+
+/// After failover, the topic's synced `cleanup.policy=compact` applies
+/// locally: the agent's log cleaner (every 100 ms here) compacts what
+/// producers write to the failed-over topic — the latest value of every
+/// key stays at its offset, nothing is invented or duplicated.
+#[test]
+fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    const KEYS: usize = 20;
+    const ROUNDS: usize = 30;
+    let (_source, _dir, agent, addr) = failed_over(
+        "ledger",
+        &[("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.01")],
+    );
+    let started = std::time::Instant::now();
 
     // Every key written ROUNDS times, one flush (so one batch or so) per round.
     let producer: BaseProducer = rdkafka::ClientConfig::new()
@@ -619,39 +627,9 @@ fn a_failed_over_topic_is_compacted_as_its_synced_configs_say() {
 fn a_failed_over_topic_keeps_its_synced_retention() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-    let source = Listener::start(&[("aging", 1)], |_| {});
-    source
-        .catalog
-        .update(|c| c.set_topic_configs("aging", configs(&[("retention.ms", "2000")])));
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = common::serving_mirror_config(dir.path(), &source.addr(), &["aging"], "");
-    config.log.segment_bytes = 2048;
-    config.log.segment_index_bytes = 65536;
-    config.log.preallocate_bytes = 65536;
-    config.log.prefault_bytes = 0;
-    config.log.log_cleaner_interval_ms = 100;
-    let agent = ringmirror::agent::Agent::start(config).expect("agent");
-    let addr = agent.listener_addr().unwrap().to_string();
+    let (_source, _dir, agent, addr) = failed_over("aging", &[("retention.ms", "2000")]);
     let started = std::time::Instant::now();
     let deadline = Duration::from_secs(60);
-    while overrides(&describe(&addr, &["aging"]), "aging")
-        .get("retention.ms")
-        .map(String::as_str)
-        != Some("2000")
-    {
-        assert!(started.elapsed() < deadline, "configs not synced");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    agent.end_mirroring("dr", "aging").expect("stop");
-    let stopped = || match agent.admin(AdminRequest::Status).unwrap() {
-        AdminAnswer::Status { partitions } => partitions.iter().all(|p| p.state == "STOPPED"),
-        other => panic!("{other:?}"),
-    };
-    while !stopped() {
-        assert!(started.elapsed() < deadline, "not stopped");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let producer: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &addr)
         .create()

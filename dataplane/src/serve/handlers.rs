@@ -481,7 +481,20 @@ fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'sta
         }
     };
     vec![
-        ("cleanup.policy", "delete".to_string(), SOURCE_DEFAULT_CONFIG),
+        (
+            "cleanup.policy",
+            match c.cleanup_policy {
+                crate::log::CleanupPolicy::Delete => "delete",
+                crate::log::CleanupPolicy::Compact => "compact",
+            }
+            .to_string(),
+            source(c.cleanup_policy != d.cleanup_policy),
+        ),
+        (
+            "delete.retention.ms",
+            c.delete_retention_ms.to_string(),
+            source(c.delete_retention_ms != d.delete_retention_ms),
+        ),
         (
             "segment.bytes",
             c.segment_bytes.to_string(),
