@@ -338,6 +338,22 @@ impl AgentProcess {
         log
     }
 
+    /// `ringmirror mirror create dr --bootstrap-servers .. --topics ..`
+    /// with `extra` arguments; it must be accepted.
+    fn create_mirror(&self, bootstrap: &str, topics: &str, extra: &[&str]) -> String {
+        let mut args = vec![
+            "mirror",
+            "create",
+            "dr",
+            "--bootstrap-servers",
+            bootstrap,
+            "--topics",
+            topics,
+        ];
+        args.extend_from_slice(extra);
+        self.cli_ok(&args)
+    }
+
     /// `ringmirror <args> --admin <this agent>`.
     fn cli(&self, args: &[&str]) -> CliRun {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ringmirror"));
@@ -1065,17 +1081,7 @@ fn pausing_a_paused_mirror_again_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_agent_config(dir.path(), &dir.path().join("data"));
     let mut agent = AgentProcess::start(&config, dir.path().join("agent.log"));
-    agent.cli_ok(&[
-        "mirror",
-        "create",
-        "dr",
-        "--bootstrap-servers",
-        &source.bootstrap,
-        "--topics",
-        TOPIC,
-        "--fetch-max-wait-ms",
-        "100",
-    ]);
+    agent.create_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "100"]);
     agent.wait_status("the mirror to catch up", |s| s.caught_up(TOPIC, &ends));
     agent.cli_ok(&["mirror", "pause", "dr"]);
     agent.wait_status("PAUSED", |s| s.all_in(TOPIC, 1, "PAUSED"));
@@ -1101,17 +1107,7 @@ fn no_fetch_reaches_the_source_once_paused_is_shown() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_agent_config(dir.path(), &dir.path().join("data"));
     let mut agent = AgentProcess::start(&config, dir.path().join("agent.log"));
-    agent.cli_ok(&[
-        "mirror",
-        "create",
-        "dr",
-        "--bootstrap-servers",
-        &source.bootstrap,
-        "--topics",
-        TOPIC,
-        "--fetch-max-wait-ms",
-        "5",
-    ]);
+    agent.create_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "5"]);
     // The CLI's own client, in process: a CLI process per request would
     // take longer to start than the race lasts.
     let client = ringmirror::cli_admin::AdminClient::new(Some(&agent.admin));
@@ -1202,21 +1198,18 @@ fn a_restarted_agent_keeps_mirroring_paused_stopped_and_failed_partitions() {
     let config = write_agent_config(dir.path(), &dir.path().join("data"));
     let mut agent = AgentProcess::start(&config, dir.path().join("agent-1.log"));
     create_local_topic(&agent.listener, LOCAL, 1);
-    agent.cli_ok(&[
-        "mirror",
-        "create",
-        "dr",
-        "--bootstrap-servers",
+    agent.create_mirror(
         &source.bootstrap,
-        "--topics",
         &format!("{A},{B},{C}"),
-        "--topics-include",
-        "inc-.*",
-        "--fetch-max-wait-ms",
-        "100",
-        "--metadata-refresh-interval-ms",
-        "1000",
-    ]);
+        &[
+            "--topics-include",
+            "inc-.*",
+            "--fetch-max-wait-ms",
+            "100",
+            "--metadata-refresh-interval-ms",
+            "1000",
+        ],
+    );
     let ends: BTreeMap<&str, BTreeMap<i32, i64>> = [A, B, C].iter().map(|&t| (t, source.ends(t, PARTITIONS))).collect();
     let failed_error = |s: &Status| {
         s.get(LOCAL, 0)
@@ -1348,15 +1341,7 @@ fn a_restart_carries_on_from_preparing_pausing_and_epoch_fencing() {
     mock.partition_leader(TOPIC, 0, Some(1)).expect("leader");
     produce(&source.bootstrap, TOPIC, 0, &keys("a", 0, 0..10), false);
     let create = |agent: &AgentProcess| {
-        agent.cli_ok(&[
-            "mirror",
-            "create",
-            "dr",
-            "--bootstrap-servers",
-            &source.bootstrap,
-            "--topics",
-            TOPIC,
-        ]);
+        agent.create_mirror(&source.bootstrap, TOPIC, &[]);
     };
     let caught_up = |agent: &mut AgentProcess| {
         let ends = source.ends(TOPIC, 1);

@@ -1030,7 +1030,9 @@ impl Core {
 
     /// STOPPING: the shard ends mirroring (markers, writable) and reports it.
     fn stop_partition(&mut self, key: &PartitionStateKey) -> Result<(), AdminError> {
-        self.set_state(key, State::Stopping, |_| {})?;
+        if self.partitions[key].record.state != State::Stopping {
+            self.set_state(key, State::Stopping, |_| {})?;
+        }
         let p = &self.partitions[key];
         let (placed, tp) = (p.placed, p.tp.clone());
         if placed {

@@ -24,4 +24,5 @@ pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
 pub use partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition, PartitionKey, shard_for, stable_hash};
 pub use stats::FetchStats;
-pub use supervisor::{MirrorSettings, mirror_ended, run_mirror};
+pub(crate) use supervisor::mirror_ended;
+pub use supervisor::{MirrorSettings, run_mirror};

@@ -24,7 +24,7 @@ use super::stats::FetchStats;
 
 /// The event for a partition whose mirroring just ended at `leader_epoch`;
 /// `mirrored_epoch` is the destination epoch it had while mirroring.
-pub fn mirror_ended(
+pub(crate) fn mirror_ended(
     registry: &Registry,
     mirror: String,
     tp: crate::log::TopicPartition,
