@@ -341,9 +341,18 @@ impl AgentProcess {
     /// `ringmirror mirror create dr --bootstrap-servers .. --topics ..`
     /// with `extra` arguments; it must be accepted.
     fn create_mirror(&self, bootstrap: &str, topics: &str, extra: &[&str]) -> String {
+        self.define_mirror("create", bootstrap, topics, extra)
+    }
+
+    /// `mirror update`: the whole definition again, as the CLI takes it.
+    fn update_mirror(&self, bootstrap: &str, topics: &str, extra: &[&str]) -> String {
+        self.define_mirror("update", bootstrap, topics, extra)
+    }
+
+    fn define_mirror(&self, verb: &str, bootstrap: &str, topics: &str, extra: &[&str]) -> String {
         let mut args = vec![
             "mirror",
-            "create",
+            verb,
             "dr",
             "--bootstrap-servers",
             bootstrap,
@@ -655,7 +664,7 @@ fn commit_at(addr: &str, group: &str, topic: &str, offsets: &BTreeMap<i32, (i64,
 }
 
 /// One batch as stored: (base offset, next offset, leader epoch, control, bytes).
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct BatchInfo {
     base: i64,
     next: i64,
@@ -1086,6 +1095,124 @@ fn pausing_a_paused_mirror_again_is_refused() {
     agent.cli_ok(&["mirror", "pause", "dr"]);
     agent.wait_status("PAUSED", |s| s.all_in(TOPIC, 1, "PAUSED"));
     agent.cli_refused(&["mirror", "pause", "dr"], &["already paused", "HTTP 409"]);
+    agent.terminate();
+}
+
+/// `mirror update` reaches partitions that are already mirroring, without
+/// a restart: at a caught-up source each Fetch waits `fetch_max_wait_ms`
+/// there (the mock honours it), so the rate of Fetch requests shows the
+/// wait in force. Mirroring goes on across the change.
+#[test]
+fn mirror_update_changes_the_fetch_wait_of_running_partitions() {
+    const TOPIC: &str = "tuned";
+    const WINDOW: Duration = Duration::from_secs(2);
+    let source = Source::start(1);
+    source.mock().create_topic(TOPIC, 1, 1).expect("source topic");
+    produce(&source.bootstrap, TOPIC, 0, &keys("a", 0, 0..5), false);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let mut agent = AgentProcess::start(&config, dir.path().join("agent.log"));
+    agent.create_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "1000"]);
+    let ends = source.ends(TOPIC, 1);
+    agent.wait_status("the mirror to catch up", |s| s.caught_up(TOPIC, &ends));
+    let fetches_in_window = || {
+        source.track_requests();
+        let from = monotonic_micros();
+        std::thread::sleep(WINDOW);
+        let to = monotonic_micros();
+        let n = source
+            .tracked()
+            .iter()
+            .filter(|r| r.api_key == FETCH && (from..to).contains(&r.micros))
+            .count();
+        source.stop_tracking();
+        n
+    };
+    let slow = fetches_in_window();
+    assert!(
+        slow <= 4,
+        "{slow} Fetch requests in {WINDOW:?} with a 1000 ms fetch wait"
+    );
+    agent.update_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "10"]);
+    // The Fetch waiting at the source when the update lands still has the old wait.
+    std::thread::sleep(Duration::from_millis(1500));
+    let fast = fetches_in_window();
+    assert!(
+        fast >= 20,
+        "{fast} Fetch requests in {WINDOW:?} after the fetch wait was updated to 10 ms (before: {slow})"
+    );
+    produce(&source.bootstrap, TOPIC, 0, &keys("b", 0, 0..5), false);
+    let ends = source.ends(TOPIC, 1);
+    agent.wait_status("the mirror to catch up after the update", |s| {
+        s.caught_up(TOPIC, &ends) && s.all_in(TOPIC, 1, "MIRRORING")
+    });
+    agent.terminate();
+}
+
+/// Changing a mirror's servers to another cluster's moves nothing there:
+/// the data plane does not act on metadata from a cluster other than the
+/// one it follows (the control plane halts the mirror's sync for the same
+/// reason), so a partition that leaves its fetcher waits instead of
+/// fetching — and truncating against — another cluster's log, and
+/// mirrors again once the servers are put back.
+#[test]
+fn servers_of_another_cluster_are_not_fetched_from() {
+    const TOPIC: &str = "pinned";
+    const OFFSET_FOR_LEADER_EPOCH: i16 = 23;
+    const LIST_OFFSETS: i16 = 2;
+    let a = Source::start(1);
+    let b = Source::start(1);
+    for source in [&a, &b] {
+        source.mock().create_topic(TOPIC, 1, 1).expect("source topic");
+    }
+    produce(&a.bootstrap, TOPIC, 0, &keys("a", 0, 0..5), false);
+    produce(&b.bootstrap, TOPIC, 0, &keys("b", 0, 0..2), false);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let mut agent = AgentProcess::start(&config, dir.path().join("agent.log"));
+    let refresh = ["--fetch-max-wait-ms", "50", "--metadata-refresh-interval-ms", "200"];
+    agent.create_mirror(&a.bootstrap, TOPIC, &refresh);
+    let ends = a.ends(TOPIC, 1);
+    agent.wait_status("the mirror to catch up", |s| s.caught_up(TOPIC, &ends));
+    let before = destination_batches(&agent.listener, TOPIC, 0);
+    agent.update_mirror(&b.bootstrap, TOPIC, &refresh);
+    b.track_requests();
+    // A's broker goes away: the partition leaves its fetcher for fresh
+    // metadata, which only B's servers would give.
+    a.mock().broker_down(1).expect("A's broker down");
+    let deadline = Instant::now() + DEADLINE;
+    while !(agent.log().contains("not acting on its metadata")
+        && agent.log().contains("cannot connect to source broker"))
+    {
+        assert!(Instant::now() < deadline, "no refusal logged:\n{}", agent.log_tail());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Time for the fetcher to give up on A and hand the partition back.
+    std::thread::sleep(Duration::from_secs(4));
+    let at_b: Vec<i16> = b
+        .tracked()
+        .iter()
+        .map(|r| r.api_key)
+        .filter(|k| [FETCH, OFFSET_FOR_LEADER_EPOCH, LIST_OFFSETS].contains(k))
+        .collect();
+    b.stop_tracking();
+    assert!(
+        at_b.is_empty(),
+        "the agent sent partition requests (API keys {at_b:?}) to another cluster"
+    );
+    assert_eq!(
+        destination_batches(&agent.listener, TOPIC, 0),
+        before,
+        "the mirrored log changed"
+    );
+    let status = agent.wait_status("the partition to stay mirrored", |_| true);
+    assert_ne!(status.state(TOPIC, 0), Some("STOPPED"), "the partition was stopped");
+    // The operator puts A's servers back: mirroring carries on from A.
+    a.mock().broker_up(1).expect("A's broker up");
+    agent.update_mirror(&a.bootstrap, TOPIC, &refresh);
+    produce(&a.bootstrap, TOPIC, 0, &keys("a", 0, 5..8), false);
+    let ends = a.ends(TOPIC, 1);
+    agent.wait_status("the mirror to catch up with A again", |s| s.caught_up(TOPIC, &ends));
     agent.terminate();
 }
 

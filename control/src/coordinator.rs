@@ -1264,6 +1264,15 @@ impl Core {
                     .map_err(|e| AdminError::Invalid(e.to_string()))?;
                 m.reported_missing.clear();
                 m.reported_conflicts.clear();
+                let settings = m.record.config.settings();
+                for shard in &self.shards {
+                    let command = ShardCommand::UpdateMirror {
+                        settings: settings.clone(),
+                    };
+                    if let Err(e) = shard.try_send(command) {
+                        tracing::error!(mirror = name, error = %e, "shard did not take the updated settings");
+                    }
+                }
                 tracing::info!(mirror = name, "mirror definition updated");
                 Ok(AdminAnswer::Accepted {
                     mirror: name,

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use crate::log::TopicPartition;
 
 use super::partition::MirrorPartition;
+use super::supervisor::MirrorSettings;
 
 /// A command to one mirror's supervisor on this shard.
 pub enum MirrorCommand {
@@ -25,6 +26,9 @@ pub enum MirrorCommand {
     /// End mirroring (failover): the partition leaves its fetcher, gets
     /// the closing markers and becomes local and writable; its log stays open.
     End(TopicPartition),
+    /// Replace the mirror's settings (`mirror update`): fetchers use them
+    /// from their next request on.
+    UpdateSettings(Box<MirrorSettings>),
     /// Hand every partition back for closing.
     Stop,
 }

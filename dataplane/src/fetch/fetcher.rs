@@ -32,7 +32,7 @@ use super::events::{ShardEvent, StopReason};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
 use super::stats::FetchStats;
-use super::supervisor::{MirrorSettings, now_ms};
+use super::supervisor::{LiveSettings, now_ms};
 
 /// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
 const FETCH_VERSION_MIN: i16 = 4;
@@ -74,6 +74,8 @@ struct SentPartition {
     current_leader_epoch: i32,
     last_fetched_epoch: i32,
     topic_id: [u8; 16],
+    /// Resent when `mirror update` changes it.
+    partition_max_bytes: i32,
 }
 
 /// Our side of an incremental fetch session with one broker (KIP-227):
@@ -145,7 +147,7 @@ pub(crate) struct FetcherHandle {
 pub(crate) struct Fetcher {
     pub broker_id: i32,
     pub addr: String,
-    pub settings: Rc<MirrorSettings>,
+    pub settings: LiveSettings,
     pub inbox: Rc<RefCell<Vec<MirrorPartition>>>,
     pub alive: Rc<Cell<bool>>,
     pub returns: Returns,
@@ -183,6 +185,8 @@ impl Fetcher {
         let mut scratch = AlignedBuffer::default();
         let mut session = ClientSession::default();
         loop {
+            // Read afresh each round: `mirror update` may have replaced them.
+            let settings = self.settings.get();
             partitions.append(&mut self.inbox.borrow_mut());
             self.apply_directives(&mut partitions);
             if self.stop.get() || partitions.is_empty() {
@@ -196,7 +200,7 @@ impl Fetcher {
             }
             let c = match &mut conn {
                 Some(c) => c,
-                None => match Connection::connect(&self.addr, self.settings.connection.clone()).await {
+                None => match Connection::connect(&self.addr, settings.connection.clone()).await {
                     Ok(c) => {
                         connect_failures = 0;
                         // A session lives with its connection.
@@ -212,7 +216,7 @@ impl Fetcher {
                             }
                             continue;
                         }
-                        glommio::timer::sleep(self.settings.backoff(connect_failures)).await;
+                        glommio::timer::sleep(settings.backoff(connect_failures)).await;
                         continue;
                     }
                 },
@@ -224,7 +228,7 @@ impl Fetcher {
             }
             if !partitions.iter().any(MirrorPartition::fetchable) {
                 // Nothing to fetch until told to go on; wait without spinning.
-                glommio::timer::sleep(Duration::from_millis(self.settings.fetch_max_wait_ms)).await;
+                glommio::timer::sleep(Duration::from_millis(settings.fetch_max_wait_ms)).await;
                 continue;
             }
             match self.fetch_once(c, &mut partitions, &mut scratch, &mut session).await {
@@ -238,7 +242,7 @@ impl Fetcher {
                     tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "fetch failed; reconnecting");
                     conn = None;
                     connect_failures += 1;
-                    glommio::timer::sleep(self.settings.backoff(connect_failures)).await;
+                    glommio::timer::sleep(settings.backoff(connect_failures)).await;
                 }
             }
         }
@@ -363,7 +367,7 @@ impl Fetcher {
     }
 
     fn build_request(&self, version: i16, partitions: &[MirrorPartition], session: &mut ClientSession) -> FetchRequest {
-        let s = &self.settings;
+        let s = self.settings.get();
         let mut request = FetchRequest::default();
         request.replica_id = (-1).into();
         request.max_wait_ms = s.fetch_max_wait_ms as i32;
@@ -407,6 +411,7 @@ impl Fetcher {
                 current_leader_epoch: p.fetch_epoch,
                 last_fetched_epoch: p.log().epoch_cache().latest().map_or(-1, |e| e.epoch),
                 topic_id: p.key.topic_id,
+                partition_max_bytes: s.fetch_partition_max_bytes,
             };
             // In a session only what changed is sent; the source keeps the rest.
             match session.sent.get_mut(&p.key.tp) {
@@ -427,7 +432,7 @@ impl Fetcher {
             fp.fetch_offset = sent.fetch_offset;
             fp.last_fetched_epoch = sent.last_fetched_epoch;
             fp.log_start_offset = -1;
-            fp.partition_max_bytes = s.fetch_partition_max_bytes;
+            fp.partition_max_bytes = sent.partition_max_bytes;
             let i = topic_of(&mut request.topics, &p.key.tp, p.key.topic_id);
             request.topics[i].partitions.push(fp);
         }
@@ -568,7 +573,8 @@ impl Fetcher {
     ) -> Result<(), ClientError> {
         let now = now_ms();
         self.check_destination_epoch(p);
-        match self.settings.ingest {
+        let ingest = self.settings.get().ingest;
+        match ingest {
             IngestMode::Mmap => {
                 let mut log = p.log_mut();
                 let tail = match log.tail_mut(len, now) {
@@ -593,7 +599,7 @@ impl Fetcher {
                 log.log_start_offset() == log.log_end_offset(),
             )
         };
-        let in_place = self.settings.ingest == IngestMode::Mmap;
+        let in_place = ingest == IngestMode::Mmap;
         let mut mmap_log = in_place.then(|| p.log_mut());
         let received: &mut [u8] = match &mut mmap_log {
             Some(log) => log.tail_mut(len, now).expect("the region just received into"),

@@ -120,6 +120,27 @@ impl MirrorSettings {
     }
 }
 
+/// A mirror's settings as its supervisor and fetchers on one shard share
+/// them: replaced whole by `mirror update`, read afresh for every request
+/// (connection options at the next connect).
+#[derive(Clone)]
+pub(crate) struct LiveSettings(Rc<RefCell<Rc<MirrorSettings>>>);
+
+impl LiveSettings {
+    fn new(settings: MirrorSettings) -> Self {
+        Self(Rc::new(RefCell::new(Rc::new(settings))))
+    }
+
+    pub(crate) fn get(&self) -> Rc<MirrorSettings> {
+        Rc::clone(&self.0.borrow())
+    }
+
+    /// Puts `settings` in place; returns the ones they replace.
+    fn replace(&self, settings: MirrorSettings) -> Rc<MirrorSettings> {
+        self.0.replace(Rc::new(settings))
+    }
+}
+
 struct Pending {
     partition: MirrorPartition,
     retry_at_ms: u64,
@@ -127,7 +148,9 @@ struct Pending {
 
 /// One mirror on one shard: its partitions, wherever they are.
 struct Supervisor {
-    settings: Rc<MirrorSettings>,
+    settings: LiveSettings,
+    /// Set when the source's servers changed: the metadata connection goes.
+    reconnect_metadata: bool,
     events: async_channel::Sender<ShardEvent>,
     topics: BTreeSet<String>,
     pending: Vec<Pending>,
@@ -156,7 +179,8 @@ pub async fn run_mirror(
     registry: Rc<Registry>,
 ) -> Vec<MirrorPartition> {
     let mut s = Supervisor {
-        settings: Rc::new(settings),
+        settings: LiveSettings::new(settings),
+        reconnect_metadata: false,
         events,
         topics: partitions.iter().map(|p| p.key.tp.topic.clone()).collect(),
         pending: partitions
@@ -185,11 +209,20 @@ pub async fn run_mirror(
         if s.handle_commands(&inbox) {
             return s.collect_on_stop().await;
         }
+        if std::mem::take(&mut s.reconnect_metadata) {
+            meta_conn = None;
+            s.metadata = None;
+        }
+        let settings = s.settings.get();
         let now = now_ms();
         let due = s.pending.iter().any(|p| p.retry_at_ms <= now);
-        if (due && s.metadata.is_none()) || now.saturating_sub(last_refresh_ms) >= s.settings.metadata_refresh_ms {
+        if (due && s.metadata.is_none()) || now.saturating_sub(last_refresh_ms) >= settings.metadata_refresh_ms {
             let topics: Vec<String> = s.topics.iter().cloned().collect();
-            match refresh(&s.settings, &mut meta_conn, &topics).await {
+            let refreshed = refresh(&settings, &mut meta_conn, &topics)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|m| s.same_cluster(m));
+            match refreshed {
                 Ok(m) => {
                     metadata_failures = 0;
                     last_refresh_ms = now_ms();
@@ -200,9 +233,9 @@ pub async fn run_mirror(
                 }
                 Err(e) => {
                     metadata_failures += 1;
-                    tracing::warn!(mirror = s.settings.name, error = %e, "cannot refresh source metadata");
+                    tracing::warn!(mirror = settings.name, error = %e, "cannot refresh source metadata");
                     meta_conn = None;
-                    s.wait(&inbox, s.settings.backoff(metadata_failures)).await;
+                    s.wait(&inbox, settings.backoff(metadata_failures)).await;
                     continue;
                 }
             }
@@ -210,7 +243,7 @@ pub async fn run_mirror(
         s.place_due();
         s.report_stats();
         let next_due = s.pending.iter().map(|p| p.retry_at_ms).min();
-        let until_refresh = (last_refresh_ms + s.settings.metadata_refresh_ms).saturating_sub(now_ms());
+        let until_refresh = (last_refresh_ms + settings.metadata_refresh_ms).saturating_sub(now_ms());
         let sleep_ms = next_due
             .map_or(until_refresh, |d| d.saturating_sub(now_ms()).min(until_refresh))
             .clamp(10, STATS_INTERVAL_MS);
@@ -219,6 +252,20 @@ pub async fn run_mirror(
 }
 
 impl Supervisor {
+    /// Metadata from another cluster than the one mirrored so far (the
+    /// mirror's servers were changed to another cluster's) is not acted on:
+    /// no partition moves to its brokers. The control plane halts the
+    /// mirror's sync for the same reason.
+    fn same_cluster(&self, metadata: SourceMetadata) -> Result<SourceMetadata, String> {
+        match (&self.source_cluster_id, &metadata.cluster_id) {
+            (Some(known), Some(now)) if known != now => Err(format!(
+                "the source servers answer for cluster {now}, not {known} that this mirror follows; \
+                 not acting on its metadata"
+            )),
+            _ => Ok(metadata),
+        }
+    }
+
     fn event(&self, event: ShardEvent) {
         let _ = self.events.try_send(event);
     }
@@ -231,6 +278,14 @@ impl Supervisor {
             };
             match command {
                 MirrorCommand::Stop => return true,
+                MirrorCommand::UpdateSettings(settings) => {
+                    let old = self.settings.replace(*settings);
+                    let new = self.settings.get();
+                    if old.bootstrap_servers != new.bootstrap_servers {
+                        self.reconnect_metadata = true;
+                    }
+                    tracing::info!(mirror = new.name, "mirror settings updated");
+                }
                 MirrorCommand::Add(partition) => {
                     self.topics.insert(partition.key.tp.topic.clone());
                     self.metadata = None;
@@ -251,7 +306,7 @@ impl Supervisor {
                     Some(p) => {
                         p.partition.paused = true;
                         self.event(ShardEvent::Paused {
-                            mirror: self.settings.name.clone(),
+                            mirror: self.settings.get().name.clone(),
                             tp,
                         });
                     }
@@ -281,7 +336,7 @@ impl Supervisor {
         } else {
             let error = format!("{directive:?}: partition is not mirrored here");
             self.event(ShardEvent::CommandFailed {
-                mirror: self.settings.name.clone(),
+                mirror: self.settings.get().name.clone(),
                 tp,
                 error,
             });
@@ -351,7 +406,7 @@ impl Supervisor {
                 ReturnReason::Metadata | ReturnReason::BrokerUnreachable => {
                     partition.failures += 1;
                     self.metadata = None;
-                    now_ms() + self.settings.backoff(partition.failures).as_millis() as u64
+                    now_ms() + self.settings.get().backoff(partition.failures).as_millis() as u64
                 }
             };
             self.pending.push(Pending { partition, retry_at_ms });
@@ -381,7 +436,7 @@ impl Supervisor {
             let p = &self.pending[i].partition;
             let Some(source) = metadata.partitions.get(&p.key.tp) else {
                 tracing::warn!(partition = %p.key, "partition not in source metadata; will look again");
-                self.pending[i].retry_at_ms = now + self.settings.backoff(p.failures.max(1)).as_millis() as u64;
+                self.pending[i].retry_at_ms = now + self.settings.get().backoff(p.failures.max(1)).as_millis() as u64;
                 i += 1;
                 continue;
             };
@@ -395,7 +450,7 @@ impl Supervisor {
                 .then(|| metadata.brokers.get(&source.leader))
                 .flatten()
             else {
-                self.pending[i].retry_at_ms = now + self.settings.backoff(p.failures.max(1)).as_millis() as u64;
+                self.pending[i].retry_at_ms = now + self.settings.get().backoff(p.failures.max(1)).as_millis() as u64;
                 i += 1;
                 continue;
             };
@@ -412,7 +467,7 @@ impl Supervisor {
                     let fetcher = Fetcher {
                         broker_id: source.leader,
                         addr: addr.clone(),
-                        settings: Rc::clone(&self.settings),
+                        settings: self.settings.clone(),
                         inbox: Rc::clone(&handle.inbox),
                         alive: Rc::clone(&handle.alive),
                         returns: Rc::clone(&self.returns),
@@ -438,7 +493,7 @@ impl Supervisor {
         self.last_stats_ms = now;
         let stats = std::mem::take(&mut *self.stats.borrow_mut());
         self.event(ShardEvent::FetchStats {
-            mirror: self.settings.name.clone(),
+            mirror: self.settings.get().name.clone(),
             stats: Box::new(stats),
         });
     }

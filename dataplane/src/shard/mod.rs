@@ -68,6 +68,11 @@ pub enum ShardCommand {
         key: PartitionKey,
         start: PartitionStart,
     },
+    /// A mirror's changed settings (`mirror update`), for its partitions on
+    /// this shard; ignored by a shard that has none.
+    UpdateMirror {
+        settings: MirrorSettings,
+    },
     /// Raise the destination leader epoch clients are told (an epoch bump).
     SetLeaderEpoch {
         tp: TopicPartition,
@@ -319,6 +324,14 @@ impl Shard {
                     destination_epoch,
                 } => {
                     self.end_unplaced(mirror, tp, &source_cluster_id, destination_epoch);
+                    continue;
+                }
+                ShardCommand::UpdateMirror { settings } => {
+                    if let Some(m) = self.mirrors.get(&settings.name) {
+                        m.inbox
+                            .borrow_mut()
+                            .push_back(MirrorCommand::UpdateSettings(Box::new(settings)));
+                    }
                     continue;
                 }
                 ShardCommand::SetLeaderEpoch { tp, epoch } => {
