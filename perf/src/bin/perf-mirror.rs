@@ -18,6 +18,9 @@
 //!   does, or ahead on a helper thread), or receive into an aligned buffer and
 //!   `pwrite` it; all CRC-validate. They isolate the kernel's cost of each way
 //!   of getting bytes into the page cache from the rest of the agent.
+//! * `segment-offload` — `segment-pwrite` with the `fallocate` + `pwrite` on
+//!   a writer thread (not pinned) fed from a pool of receive buffers: how much
+//!   the page-cache write costs the receiving core once it may run elsewhere.
 //! * `mirror-1`, `mirror-2`, `mirror-1-copy` — `ringmirror run` with 1 or 2
 //!   shards (`-copy`: `ingest = "aligned_copy"`) mirroring to a temporary
 //!   data dir on disk; afterwards the segments are compared byte-for-byte
@@ -222,6 +225,10 @@ enum DiscardMode {
     /// Alternative write path: receive into a page-aligned buffer, CRC-validate,
     /// fallocate ahead and `pwrite` into the file (no mapping, no zero-fill).
     SegmentPwrite,
+    /// `SegmentPwrite` with the fallocate + pwrite on a writer thread (not
+    /// pinned), fed from a pool of receive buffers: how much of the
+    /// page-cache write can leave the receiving core.
+    SegmentOffload,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -373,7 +380,10 @@ async fn discard_loop(a: &DiscardArgs) -> anyhow::Result<u64> {
     let mut appended = 0usize; // for Unaligned: where the next receive would start in a segment
     let version = conn.version_for::<FetchRequest>(4, 16)?;
     let mut segments = match a.mode {
-        DiscardMode::SegmentInline | DiscardMode::SegmentAhead | DiscardMode::SegmentPwrite => {
+        DiscardMode::SegmentInline
+        | DiscardMode::SegmentAhead
+        | DiscardMode::SegmentPwrite
+        | DiscardMode::SegmentOffload => {
             let dir = a
                 .data_dir
                 .as_deref()
@@ -385,6 +395,9 @@ async fn discard_loop(a: &DiscardArgs) -> anyhow::Result<u64> {
     let mut total = 0u64;
     loop {
         if (0..n).all(|i| high_watermarks[i] >= 0 && offsets[i] >= high_watermarks[i]) {
+            if let Some(offload) = segments.as_mut().and_then(|s| s.offload.as_mut()) {
+                offload.finish()?;
+            }
             return Ok(total);
         }
         let mut request = FetchRequest::default();
@@ -461,7 +474,10 @@ async fn discard_loop(a: &DiscardArgs) -> anyhow::Result<u64> {
                             range.next_offset
                         }
                         DiscardMode::Skip => skip_batches(&mut conn, records_len, from).await?,
-                        DiscardMode::SegmentInline | DiscardMode::SegmentAhead | DiscardMode::SegmentPwrite => {
+                        DiscardMode::SegmentInline
+                        | DiscardMode::SegmentAhead
+                        | DiscardMode::SegmentPwrite
+                        | DiscardMode::SegmentOffload => {
                             let segments = segments.as_mut().expect("segment modes have segments");
                             let dst = segments.tail(index, records_len).await?;
                             conn.read_exact_into(dst).await?;
@@ -546,7 +562,106 @@ struct SegmentWriter {
     pwrite: Option<AlignedBuf>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     helper: Option<std::thread::JoinHandle<()>>,
+    offload: Option<Offload>,
 }
+
+/// The writer thread of `segment-offload` and the buffers it hands back.
+struct Offload {
+    jobs: Option<std::sync::mpsc::Sender<WriteJob>>,
+    free: std::sync::mpsc::Receiver<AlignedBuf>,
+    /// The buffer the current receive goes into.
+    current: Option<AlignedBuf>,
+    writer: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+struct WriteJob {
+    segment: usize,
+    at: usize,
+    len: usize,
+    buf: AlignedBuf,
+}
+
+/// Buffers in flight between the receiving core and the writer thread.
+const OFFLOAD_BUFFERS: usize = 8;
+
+impl Offload {
+    fn start(segments: &[SegmentFile], buffer_bytes: usize) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let files = segments
+            .iter()
+            .map(|s| s.file.try_clone())
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let (jobs, job_rx) = std::sync::mpsc::channel::<WriteJob>();
+        let (free_tx, free) = std::sync::mpsc::channel();
+        for _ in 0..OFFLOAD_BUFFERS {
+            free_tx.send(AlignedBuf::new(buffer_bytes)).expect("receiver alive");
+        }
+        let writer = std::thread::spawn(move || -> anyhow::Result<()> {
+            let mut allocated = vec![0usize; files.len()];
+            for job in job_rx {
+                let file = &files[job.segment];
+                let end = job.at + job.len;
+                if end > allocated[job.segment] {
+                    let target = end.max(allocated[job.segment] + RESERVE_STEP);
+                    let from = allocated[job.segment];
+                    // SAFETY: plain syscall on our file.
+                    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as i64, (target - from) as i64) };
+                    anyhow::ensure!(rc == 0, "fallocate: {}", std::io::Error::last_os_error());
+                    allocated[job.segment] = target;
+                }
+                let mut buf = job.buf;
+                file.write_all_at(buf.slice(0, job.len), job.at as u64)?;
+                // The receiving side may have finished; then the buffer just goes.
+                let _ = free_tx.send(buf);
+            }
+            Ok(())
+        });
+        Ok(Self {
+            jobs: Some(jobs),
+            free,
+            current: None,
+            writer: Some(writer),
+        })
+    }
+
+    /// A buffer for the next receive, waiting (without blocking the executor) for one to come back.
+    async fn buffer(&mut self, len: usize) -> anyhow::Result<&mut [u8]> {
+        while self.current.is_none() {
+            match self.free.try_recv() {
+                Ok(buf) => self.current = Some(buf),
+                Err(std::sync::mpsc::TryRecvError::Empty) => glommio::timer::sleep(Duration::from_micros(20)).await,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => anyhow::bail!("the writer thread failed"),
+            }
+        }
+        Ok(self.current.as_mut().expect("just set").slice(0, len))
+    }
+
+    fn write(&mut self, segment: usize, at: usize, len: usize) -> anyhow::Result<()> {
+        let buf = self.current.take().context("commit without a receive")?;
+        let job = WriteJob { segment, at, len, buf };
+        self.jobs
+            .as_ref()
+            .expect("open until finish")
+            .send(job)
+            .map_err(|_| anyhow::anyhow!("the writer thread failed"))
+    }
+
+    /// Waits for every queued write.
+    fn finish(&mut self) -> anyhow::Result<()> {
+        drop(self.jobs.take());
+        match self.writer.take() {
+            Some(writer) => writer
+                .join()
+                .map_err(|_| anyhow::anyhow!("the writer thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+// SAFETY: an `AlignedBuf` owns its allocation exclusively; moving it to the
+// writer thread moves that ownership.
+unsafe impl Send for AlignedBuf {}
 
 impl SegmentWriter {
     fn new(dir: &Path, partitions: usize, mode: DiscardMode) -> anyhow::Result<Self> {
@@ -583,6 +698,10 @@ impl SegmentWriter {
                 wanted: Arc::new(AtomicUsize::new(0)),
             });
         }
+        let offload = match mode {
+            DiscardMode::SegmentOffload => Some(Offload::start(&segments, 4 << 20)?),
+            _ => None,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let helper = if ahead {
             // The helper owns its own handles to the files and mappings.
@@ -625,6 +744,7 @@ impl SegmentWriter {
             pwrite: (mode == DiscardMode::SegmentPwrite).then(|| AlignedBuf::new(4 << 20)),
             stop,
             helper,
+            offload,
         })
     }
 
@@ -636,6 +756,9 @@ impl SegmentWriter {
         anyhow::ensure!(end <= SEGMENT_MAP_BYTES, "segment full");
         if let Some(buf) = &mut self.pwrite {
             return Ok(buf.slice(0, len));
+        }
+        if let Some(offload) = &mut self.offload {
+            return offload.buffer(len).await;
         }
         if self.ahead {
             s.wanted.fetch_max(end + AHEAD_BYTES, Ordering::AcqRel);
@@ -671,6 +794,9 @@ impl SegmentWriter {
             }
             s.file.write_all_at(buf.slice(0, len), s.size as u64)?;
         }
+        if let Some(offload) = &mut self.offload {
+            offload.write(i, s.size, len)?;
+        }
         s.size += len;
         Ok(())
     }
@@ -679,6 +805,11 @@ impl SegmentWriter {
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(offload) = &mut self.offload
+            && let Err(e) = offload.finish()
+        {
+            eprintln!("segment-offload: {e:#}");
+        }
         if let Some(h) = self.helper.take() {
             let _ = h.join();
         }
@@ -919,6 +1050,7 @@ impl Scenario {
             "segment-inline" => Self::Discard(DiscardMode::SegmentInline),
             "segment-ahead" => Self::Discard(DiscardMode::SegmentAhead),
             "segment-pwrite" => Self::Discard(DiscardMode::SegmentPwrite),
+            "segment-offload" => Self::Discard(DiscardMode::SegmentOffload),
             "rdkafka-consume" => Self::Rdkafka { produce: false },
             "rdkafka-mirror" => Self::Rdkafka { produce: true },
             "serve-zero-copy" => Self::Consume(Server::Agent { zero_copy: true }),
@@ -956,6 +1088,7 @@ impl Scenario {
             Self::Discard(DiscardMode::SegmentInline) => "segment-inline".into(),
             Self::Discard(DiscardMode::SegmentAhead) => "segment-ahead".into(),
             Self::Discard(DiscardMode::SegmentPwrite) => "segment-pwrite".into(),
+            Self::Discard(DiscardMode::SegmentOffload) => "segment-offload".into(),
             Self::Mirror { shards, copy: false } => format!("mirror-{shards}"),
             Self::Mirror { shards, copy: true } => format!("mirror-{shards}-copy"),
             Self::Rdkafka { produce: false } => "rdkafka-consume".into(),
@@ -987,6 +1120,7 @@ impl Scenario {
             Self::Discard(DiscardMode::SegmentPwrite) => {
                 "prototype: recv into aligned buffer, CRC, fallocate ahead + pwrite"
             }
+            Self::Discard(DiscardMode::SegmentOffload) => "segment-pwrite with the pwrite on a writer thread",
             Self::Mirror { copy: false, .. } => {
                 "ringmirror run (ingest mmap): recv into the segment mapping, validate, commit"
             }
