@@ -276,6 +276,34 @@ impl AgentProcess {
     /// [`AgentProcess::start`] with more environment (a crash point).
     fn start_with(config: &Path, log_path: PathBuf, env: &[(&str, &str)]) -> Self {
         let child = common::run_agent_binary(config, &log_path, env);
+        Self::started(child, log_path)
+    }
+
+    /// The agent with `mount` on a tmpfs of `size_kib` of its own (a mount
+    /// namespace of its own: nothing is mounted on the host), `ballast_kib`
+    /// of it taken by a file `ballast` there.
+    fn start_on_small_disk(config: &Path, log_path: PathBuf, mount: &Path, size_kib: u64, ballast_kib: u64) -> Self {
+        let mut command = Command::new("unshare");
+        // Root needs no user namespace to mount (and keeps its memlock limit).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            command.arg("--map-root-user");
+        }
+        command
+            .args(["--mount", "sh", "-c"])
+            .arg(r#"mount -t tmpfs -o size="$1k" tmpfs "$0" && head -c "$2k" /dev/zero >"$0/ballast" && exec "$3" run --config "$4""#)
+            .arg(mount)
+            .arg(size_kib.to_string())
+            .arg(ballast_kib.to_string())
+            .arg(env!("CARGO_BIN_EXE_ringmirror"))
+            .arg(config);
+        common::agent_process_setup(&mut command, &log_path);
+        let child = ChildGuard::spawn(&mut command, "ringmirror run on a small tmpfs").expect("start unshare");
+        Self::started(child, log_path)
+    }
+
+    /// Waits until the admin API and listener of `child` are up.
+    fn started(child: ChildGuard, log_path: PathBuf) -> Self {
         let mut agent = Self {
             child,
             log_path,
@@ -1214,6 +1242,86 @@ fn servers_of_another_cluster_are_not_fetched_from() {
     let ends = a.ends(TOPIC, 1);
     agent.wait_status("the mirror to catch up with A again", |s| s.caught_up(TOPIC, &ends));
     agent.terminate();
+}
+
+/// A full disk: the partition that cannot append goes FAILED with the
+/// disk's error and keeps serving every batch it had (byte-identical to
+/// the source's); the agent goes on (admin API, listener); once space is
+/// freed, the retries carry on mirroring from the log end, and the result
+/// is the source's log, byte for byte, with no gap or duplicate.
+#[test]
+fn a_full_disk_fails_the_partition_and_mirroring_resumes_once_space_is_freed() {
+    const TOPIC: &str = "fill";
+    const RECORDS: usize = 3000;
+    let source = Source::start(1);
+    source.mock().create_topic(TOPIC, 1, 1).expect("source topic");
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("disk");
+    std::fs::create_dir(&mount).unwrap();
+    let config = write_agent_config(dir.path(), &mount.join("data"));
+    // 32 MiB, 27 MiB of it ballast: the agent's state (~3 MiB) and about
+    // 2 MiB of the 3 MB of records fit.
+    let mut agent =
+        AgentProcess::start_on_small_disk(&config, dir.path().join("agent.log"), &mount, 32 << 10, 27 << 10);
+    agent.create_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "50"]);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &source.bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let value = vec![b'v'; 1000];
+    for i in 0..RECORDS {
+        let key = format!("k{i}");
+        producer
+            .send(BaseRecord::to(TOPIC).partition(0).key(&key).payload(&value))
+            .unwrap_or_else(|(e, _)| panic!("queue record {i}: {e}"));
+        if i % 100 == 99 {
+            producer.flush(DEADLINE).expect("flush");
+        }
+    }
+    producer.flush(DEADLINE).expect("flush");
+    let failed = agent.wait_status("the partition to fail on the full disk", |s| {
+        s.state(TOPIC, 0) == Some("FAILED")
+    });
+    let error = failed.of(TOPIC, 0).error.clone().unwrap_or_default();
+    assert!(
+        error.contains("No space left on device"),
+        "FAILED with {error:?}, not the disk's error"
+    );
+    // Every batch `addr` serves, as stored (offset, bytes).
+    let batches_at = |addr: &str| {
+        let (responses, _) = connect(addr)
+            .fetch_all(TOPIC, 0, 0, 10_000)
+            .unwrap_or_else(|e| panic!("fetch from {addr}: {e}"));
+        responses.into_iter().flatten().collect::<Vec<_>>()
+    };
+    let kept = batches_at(&agent.listener);
+    let all = batches_at(&source.bootstrap);
+    assert!(
+        !kept.is_empty() && kept.len() < all.len(),
+        "kept {} of {} batches",
+        kept.len(),
+        all.len()
+    );
+    assert!(
+        all.starts_with(&kept),
+        "the batches served while the disk is full are not the source's prefix"
+    );
+    // Free the space, from outside the agent's mount namespace.
+    let pid = agent.child.child().id();
+    let ballast = PathBuf::from(format!("/proc/{pid}/root"))
+        .join(mount.strip_prefix("/").unwrap())
+        .join("ballast");
+    std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
+    let ends = source.ends(TOPIC, 1);
+    agent.wait_status("mirroring to resume and catch up", |s| {
+        s.caught_up(TOPIC, &ends) && s.all_in(TOPIC, 1, "MIRRORING")
+    });
+    let mirrored = batches_at(&agent.listener);
+    assert_eq!(mirrored.len(), all.len(), "batch count");
+    assert!(mirrored == all, "the mirrored log is not the source's, byte for byte");
+    let log = agent.terminate();
+    assert!(log.contains("No space left on device"), "the full disk was not logged");
 }
 
 /// The instant `GET /status` shows PAUSED, no Fetch may reach the source

@@ -1019,22 +1019,26 @@ where
 /// `ringmirror run --config <config>` with its log (stderr, info level, no
 /// colors) in `log_path`; `env` adds variables (such as a crash point).
 pub fn run_agent_binary(config: &Path, log_path: &Path, env: &[(&str, &str)]) -> ChildGuard {
-    let log = std::fs::File::create(log_path).expect("create agent log file");
     let mut command = Command::new(env!("CARGO_BIN_EXE_ringmirror"));
+    command.arg("run").arg("--config").arg(config);
+    agent_process_setup(&mut command, log_path);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    ChildGuard::spawn(&mut command, "ringmirror run").expect("start ringmirror run")
+}
+
+/// What every agent process of the tests gets: info logs without colour
+/// into `log_path` (stderr), no crash point, no stdin or stdout.
+pub fn agent_process_setup(command: &mut Command, log_path: &Path) {
+    let log = std::fs::File::create(log_path).expect("create agent log file");
     command
-        .arg("run")
-        .arg("--config")
-        .arg(config)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .env_remove(ringmirror_dataplane::failpoint::CRASH_AT_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    ChildGuard::spawn(&mut command, "ringmirror run").expect("start ringmirror run")
 }
 
 /// `s` without ANSI escape sequences (CSI: ESC [ parameters final-byte).

@@ -441,12 +441,21 @@ impl Shard {
         start: PartitionStart,
     ) -> Result<(), String> {
         let topic_id = (key.topic_id != [0; 16]).then_some(key.topic_id);
+        // Whether this mirror's supervisor here still holds the partition
+        // (stopped after an error, such as a full disk, and now retried).
+        let mut held = false;
         let served = match self.registry.get(&key.tp) {
             // Found on disk at start: now claimed by its mirror.
             Some(served) if served.mirror.as_deref() == Some(UNCLAIMED_MIRROR) => {
                 let claimed = served.claimed_by(&key.mirror);
                 self.registry.register(key.tp.clone(), Rc::clone(&claimed));
                 claimed
+            }
+            Some(served)
+                if served.mirror.as_deref() == Some(key.mirror.as_str()) && self.mirrors.contains_key(&key.mirror) =>
+            {
+                held = true;
+                served
             }
             Some(_) if start.claim_local && is_local_partition(&self.log_dir, &key.tp) => {
                 self.registry.reclaim_local(&key.tp, &key.mirror)?
@@ -461,7 +470,8 @@ impl Shard {
         let truncated = match start.truncate_above_epoch {
             Some(lme) => served
                 .log
-                .borrow_mut()
+                .try_borrow_mut()
+                .map_err(|_| "the partition's log is busy; LME truncation will be retried".to_string())?
                 .truncate_above_epoch(lme)
                 .map_err(|e| format!("LME truncation: {e}"))?,
             None => None,
@@ -473,6 +483,18 @@ impl Shard {
             log_end_offset: served.log.borrow().log_end_offset(),
             truncated_to: truncated,
         });
+        if held {
+            // Placed afresh from the source's current metadata, as a resume is.
+            let command = if start.paused {
+                MirrorCommand::Pause(key.tp)
+            } else {
+                MirrorCommand::Resume(key.tp)
+            };
+            if let Some(m) = self.mirrors.get(&key.mirror) {
+                m.inbox.borrow_mut().push_back(command);
+            }
+            return Ok(());
+        }
         let mut partition = MirrorPartition::new(key, served);
         partition.paused = start.paused;
         match self.mirrors.get(&settings.name) {
