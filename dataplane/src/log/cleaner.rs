@@ -3,61 +3,90 @@
 //! never cleaned: they follow their source byte for byte (the source's own
 //! compaction arrives as offset gaps).
 //!
-//! [`PartitionLog::clean`] works as Kafka's `LogCleaner` does, simplified:
+//! [`PartitionLog::clean`] works as Kafka's `LogCleaner` does:
 //!
 //! - **Offset map.** Key → offset of its latest record, over the whole log
 //!   below the last stable offset (sealed segments and the active one), so
 //!   that only decided records count. Records of aborted transactions
 //!   (as the `.txnindex` tells READ_COMMITTED readers) and control records
-//!   do not count: an aborted value never hides a committed one.
+//!   do not count: an aborted value never hides a committed one. The map
+//!   holds every live key of the log in memory (Kafka bounds it and cleans
+//!   in several passes).
 //! - **Cleanable range.** The sealed segments from the log start up to the
 //!   first one that is active or reaches the last stable offset (Kafka's
 //!   "first uncleanable offset"). When the active segment is empty, the
 //!   last sealed one is left alone too, so the log end can never depend on
-//!   what cleaning removed.
+//!   what cleaning removed. Each pass cleans the whole range.
+//! - **Dirtiness** (`min.cleanable.dirty.ratio`, Kafka's
+//!   `cleaner-offset-checkpoint`): the log's first dirty offset — the end of
+//!   the range the last pass cleaned — is kept in the partition directory
+//!   (see `cleaner_checkpoint`), so a restart does not make a log dirty
+//!   again. The dirty ratio is the bytes of the cleanable segments holding
+//!   offsets at or above it over all cleanable bytes. Truncation lowers it to
+//!   the new log end (and rewrites the file), a log start moving past it
+//!   raises it, emptying the log deletes the file; a missing or unreadable
+//!   file, or one past the log end, means "never cleaned".
 //! - **Groups.** Consecutive cleanable segments are rewritten together into
 //!   one segment (named after the first) while their bytes fit
 //!   `segment.bytes` and their offsets fit the relative offsets of one
 //!   segment — Kafka's `groupSegmentsBySize`, so repeated cleaning does not
 //!   leave ever smaller segments. A group in which nothing would change is
 //!   not rewritten at all.
-//! - **Records kept** (Kafka's `shouldRetainRecord`): a record whose key's
-//!   latest offset is its own offset; a record with a null key (Kafka
-//!   refuses them at produce on compacted topics, mirrored data may hold
-//!   them); a tombstone (null value) only while its segment's largest
-//!   timestamp is younger than `delete.retention.ms`.
+//! - **Records kept** (Kafka's `shouldRetainRecord`), committed
+//!   transactional ones alike: a record whose key's latest offset is its
+//!   own offset; a record with a null key (Kafka refuses them at produce on
+//!   compacted topics, mirrored data may hold them); a tombstone (null
+//!   value) only while its segment's largest timestamp is younger than
+//!   `delete.retention.ms`.
+//! - **Aborted transactions.** A batch inside a transaction the `.txnindex`
+//!   lists as aborted loses all its records, whatever their keys, and goes
+//!   (unless kept empty, see below).
+//! - **Markers** (Kafka's `CleanedTransactionMetadata`). Groups are cleaned
+//!   in offset order and a transaction's batches come before its marker, so
+//!   what stays of a transaction is known when its marker is reached, even
+//!   across groups. A COMMIT or ABORT marker goes only once no batch of its
+//!   transaction (its producer's transactional batches since the previous
+//!   marker) is left, and its segment is past the delete horizon (the
+//!   tombstone rule: a consumer that read the transaction's batches gets to
+//!   read its end). It stays, besides, while a producer snapshot holds its
+//!   transaction open (a rebuild of producer state starting there must see
+//!   the transaction end, or the last stable offset would stick), and when
+//!   it comes after its producer's last data batch while producer state
+//!   knows the producer (it carries the producer's latest epoch; Kafka
+//!   keeps it for fencing). MIRROR_PID_RESET records and control records
+//!   of unknown type always stay. A kept marker is copied byte for byte.
+//! - **Transaction index.** A cleaned segment's `.txnindex` keeps the
+//!   entries of the aborted transactions that still have a batch in the
+//!   log (Kafka rebuilds it from the aborted transactions the cleaner still
+//!   saw); without one there is nothing left for READ_COMMITTED readers to
+//!   skip.
 //! - **Batches.** A batch whose records all stay is copied byte for byte.
 //!   One that loses records is rebuilt as Kafka's
 //!   `MemoryRecords.filterTo` does: same base offset, last offset delta,
-//!   partition leader epoch, producer id/epoch/base sequence and timestamp
-//!   type, the kept records at their own offsets (deltas from the base),
-//!   with the batch's own codec (gzip, snappy in xerial framing as Java
-//!   writes it, lz4 frames with 64 KiB independent blocks, zstd), a new
-//!   CRC. Every rebuilt batch is decoded again and compared with what was
-//!   meant; should an encoder ever disagree, the batch is written
-//!   uncompressed instead. A batch left without records goes (an empty
-//!   batch too, once nothing needs it), except (Kafka's `RETAIN_EMPTY`)
-//!   the last batch of a producer id the producer state still knows, kept
-//!   as an empty batch (header only) so that its sequence numbers and last
-//!   offset survive a rebuild of producer state; and the last batch of a
-//!   group whose every batch would go, also kept empty, so that no segment
-//!   is ever empty (recovery drops empty segments at the tail of the log).
-//! - **Tombstone horizon.** A segment's largest timestamp is that of the
+//!   partition leader epoch, producer id/epoch/base sequence, timestamp
+//!   type and transactional flag, the kept records at their own offsets
+//!   (deltas from the base), with the batch's own codec (gzip, snappy in
+//!   xerial framing as Java writes it, lz4 frames with 64 KiB independent
+//!   blocks, zstd), a new CRC. Every rebuilt batch is decoded again and
+//!   compared with what was meant; should an encoder ever disagree, the
+//!   batch is written uncompressed instead. A batch left without records
+//!   goes (an empty batch too, once nothing needs it), except (Kafka's
+//!   `RETAIN_EMPTY`) the last batch of a producer id the producer state
+//!   still knows, kept as an empty batch (header only) so that its sequence
+//!   numbers and last offset survive a rebuild of producer state; and the
+//!   last batch of a group whose every batch would go, kept too (empty, or
+//!   as it is for a marker), so that no segment is ever empty (recovery
+//!   drops empty segments at the tail of the log).
+//! - **Delete horizon.** A segment's largest timestamp is that of the
 //!   batches it holds: where cleaning drops a segment's newest batches, the
-//!   tombstones left in it may go sooner on a later pass (Kafka ≤ 3.0 used
-//!   the file's modification time, which a rewrite keeps; Kafka 3.1+
-//!   stamps a delete horizon into the batch, KIP-534).
-//! - **Dirtiness** (`min.cleanable.dirty.ratio`) counts the segments not
-//!   cleaned since the log was opened; it is kept in memory only (Kafka
-//!   keeps `cleaner-offset-checkpoint`), so after a restart each compacted
-//!   log is cleaned once in full. The offset map holds every live key of
-//!   the log in memory (Kafka bounds it and cleans in several passes).
-//! - **Transactions** (simplest correct rule, documented as such): control
-//!   batches (COMMIT/ABORT markers, MIRROR_PID_RESET) and transactional
-//!   batches are kept untouched. Kafka removes aborted records and, after
-//!   `delete.retention.ms`, markers whose transaction is gone; we only keep
-//!   a few more bytes, and READ_COMMITTED readers, the `.txnindex` entries
-//!   (copied into the cleaned segment) and producer state are unchanged.
+//!   tombstones and markers left in it may go sooner on a later pass (Kafka
+//!   ≤ 3.0 used the file's modification time, which a rewrite keeps; Kafka
+//!   3.1+ stamps a delete horizon into the batch, KIP-534).
+//!
+//! So offsets never move, the log start and end stay, READ_COMMITTED
+//! readers see the same latest committed value per key (tombstones aside)
+//! below the same last stable offset, and producer state rebuilt from the
+//! cleaned log knows the same producers and no transaction left open.
 //!
 //! **Swapping** a cleaned segment in, crash-safe at every step (Kafka's
 //! `.cleaned`/`.swap` protocol, plus a small range file so that recovery
@@ -75,10 +104,11 @@
 //! [`PartitionLog::open`] first finishes steps 4–6 for every `.log.swap`
 //! it finds (idempotent), then removes every other `.cleaned`/`.swap` file
 //! as a stray: a crash before step 3 leaves the old segments, from step 3
-//! on the new one, never a mix. Offsets never move, the log start and end
-//! stay, and the cleaned segment's indexes are rebuilt as appends build
-//! them. A reader that holds an old segment's file (a sendfile read in
-//! flight) keeps reading the old inode: a batch never changes under it.
+//! on the new one, never a mix. The cleaned segment's indexes are rebuilt
+//! as appends build them. A reader that holds an old segment's file (a
+//! sendfile read in flight) keeps reading the old inode: a batch never
+//! changes under it. The checkpoint is written once every group is swapped
+//! in; a crash before that only makes the next pass clean again.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -86,16 +116,21 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::batch::varint::{write_varint, write_varlong};
-use crate::batch::{BATCH_HEADER_BYTES, BatchIter, Compression, Record, RecordBatch, TimestampType, decode_records};
+use crate::batch::{
+    BATCH_HEADER_BYTES, BatchIter, Compression, ControlRecord, ControlType, Record, RecordBatch, TimestampType,
+    decode_records,
+};
 
+use super::cleaner_checkpoint;
 use super::config::LogConfig;
 use super::error::{LogError, Result};
 use super::files::{
-    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, fsync_dir, list_offset_files, offset_file,
-    parse_offset_file, remove_if_exists,
+    INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, fsync_dir, list_offset_files,
+    offset_file, parse_offset_file, remove_if_exists,
 };
 use super::index::{OffsetIndex, TimeIndex};
 use super::partition_log::PartitionLog;
+use super::producer_state::ProducerState;
 use super::segment::Segment;
 use super::txn_index::AbortedTxn;
 
@@ -120,12 +155,12 @@ const ATTR_CONTROL: i16 = 0x20;
 /// How to clean.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CleanOptions {
-    /// `delete.retention.ms`: a tombstone goes once its segment's largest
-    /// timestamp is at least this old.
+    /// `delete.retention.ms`: a tombstone or a transaction marker may go
+    /// once its segment's largest timestamp is at least this old.
     pub delete_retention_ms: u64,
-    /// `min.cleanable.dirty.ratio`: clean only when the bytes not cleaned
-    /// since the log was opened are at least this share of the cleanable
-    /// bytes. `None` cleans whatever the ratio.
+    /// `min.cleanable.dirty.ratio`: clean only when the bytes at or above
+    /// the log's first dirty offset are at least this share of the
+    /// cleanable bytes. `None` cleans whatever the ratio.
     pub min_cleanable_ratio: Option<f64>,
     /// Tests only: stop (with an error) right after this step of the first
     /// swap, leaving the files as a crash there would; the log must then be
@@ -200,7 +235,10 @@ pub struct CleanReport {
     pub segments_cleaned: u32,
     /// Of those, segments replaced on disk by a rewritten one.
     pub segments_rewritten: u32,
+    /// Records removed (control records not counted).
     pub records_removed: u64,
+    /// COMMIT/ABORT markers removed.
+    pub markers_removed: u64,
     /// Bytes of the cleaned range before and after.
     pub bytes_before: u64,
     pub bytes_after: u64,
@@ -221,6 +259,73 @@ type AbortedRanges = HashMap<i64, Vec<(i64, i64)>>;
 
 /// Key → offset of its latest decided record.
 type OffsetMap = HashMap<Vec<u8>, i64>;
+
+/// What one pass knows and has decided so far. Groups are cleaned in
+/// offset order, so the transaction state (Kafka's
+/// `CleanedTransactionMetadata`) carries over from one group to the next.
+struct Pass {
+    map: OffsetMap,
+    aborted: AbortedRanges,
+    /// Producer ids whose transaction is open at this point of the pass →
+    /// whether a batch of it stays.
+    open_txns: HashMap<i64, bool>,
+    /// Aborted transactions whose marker was passed, by (producer id,
+    /// marker offset) → whether a batch of theirs stays.
+    aborts_passed: HashMap<(i64, i64), bool>,
+    /// Producer id → offsets of the producer snapshots in which its
+    /// transaction is open, each waiting for the marker that ends it.
+    snapshot_txns: HashMap<i64, Vec<i64>>,
+}
+
+impl Pass {
+    /// A data batch was decided on.
+    fn on_data(&mut self, batch: &RecordBatch<&[u8]>, stays: bool) {
+        if batch.is_transactional() {
+            *self.open_txns.entry(batch.producer_id()).or_default() |= stays;
+        }
+    }
+
+    /// A COMMIT/ABORT marker ends its producer's transaction. Returns
+    /// whether a batch of the transaction stays, and whether a producer
+    /// snapshot holds the transaction open.
+    fn on_marker(&mut self, producer_id: i64, offset: i64, abort: bool) -> (bool, bool) {
+        let stays = self.open_txns.remove(&producer_id).unwrap_or(false);
+        if abort {
+            self.aborts_passed.insert((producer_id, offset), stays);
+        }
+        let snapshot_needs = self.snapshot_txns.get_mut(&producer_id).is_some_and(|waiting| {
+            let before = waiting.len();
+            waiting.retain(|&s| s > offset);
+            waiting.len() < before
+        });
+        (stays, snapshot_needs)
+    }
+
+    /// A MIRROR_PID_RESET: producer state forgets every transaction, so
+    /// does a rebuild that replays it.
+    fn on_pid_reset(&mut self, offset: i64) {
+        self.open_txns.clear();
+        for waiting in self.snapshot_txns.values_mut() {
+            waiting.retain(|&s| s > offset);
+        }
+    }
+
+    /// Whether an aborted transaction whose marker was passed still has a
+    /// batch in the log (unknown ones are kept).
+    fn abort_stays(&self, txn: &AbortedTxn) -> bool {
+        self.aborts_passed
+            .get(&(txn.producer_id, txn.last_offset))
+            .copied()
+            .unwrap_or(true)
+    }
+}
+
+/// What a rewritten group holds and lost.
+struct CleanedGroup {
+    bytes: u64,
+    records_removed: u64,
+    markers_removed: u64,
+}
 
 impl PartitionLog {
     /// Compacts the sealed segments (see the module doc for the rules and
@@ -247,18 +352,44 @@ impl PartitionLog {
         }
         let upper = self.last_stable_offset();
         let aborted = self.aborted_ranges();
-        let map = self.build_offset_map(upper, &aborted)?;
+        let mut pass = Pass {
+            map: self.build_offset_map(upper, &aborted)?,
+            aborted,
+            open_txns: HashMap::new(),
+            aborts_passed: HashMap::new(),
+            snapshot_txns: self.snapshot_txns()?,
+        };
         for (group, next_base) in self.group_segments(&cleanable, cleanable_end) {
-            self.clean_group(&group, next_base, &map, options, now_ms, &mut report)?;
+            self.clean_group(&group, next_base, &mut pass, options, now_ms, &mut report)?;
         }
-        self.first_dirty_offset = self.first_dirty_offset.max(cleanable_end);
+        if cleanable_end > self.first_dirty_offset {
+            cleaner_checkpoint::store(&self.dir, cleanable_end)?;
+            self.first_dirty_offset = cleanable_end;
+        }
         Ok(report)
     }
 
-    /// Bytes not cleaned since the log was opened over all cleanable bytes.
+    /// The bytes of the cleanable segments holding offsets at or above the
+    /// first dirty offset, over all cleanable bytes.
     pub fn cleanable_dirty_ratio(&self) -> f64 {
         let (cleanable, _) = self.cleanable_segments();
         self.dirty_ratio(&cleanable)
+    }
+
+    /// The log cleaner's first dirty offset (`cleaner-offset-checkpoint`):
+    /// the log below it is cleaned.
+    pub fn first_dirty_offset(&self) -> i64 {
+        self.first_dirty_offset
+    }
+
+    /// Truncation hook: nothing above the new log end was cleaned.
+    pub(super) fn lower_first_dirty_offset(&mut self) -> Result<()> {
+        let end = self.log_end_offset();
+        if self.first_dirty_offset <= end {
+            return Ok(());
+        }
+        self.first_dirty_offset = end;
+        cleaner_checkpoint::store(&self.dir, end)
     }
 
     /// The cleanable segments' bases, and the base of the first segment
@@ -285,11 +416,13 @@ impl PartitionLog {
     fn dirty_ratio(&self, cleanable: &[i64]) -> f64 {
         let (mut clean, mut dirty) = (0u64, 0u64);
         for base in cleanable {
-            let size = self.segments[base].size();
-            if *base < self.first_dirty_offset {
-                clean += size;
+            let segment = &self.segments[base];
+            // A segment straddling the first dirty offset (after a
+            // truncation) counts as dirty.
+            if segment.next_offset > self.first_dirty_offset {
+                dirty += segment.size();
             } else {
-                dirty += size;
+                clean += segment.size();
             }
         }
         if clean + dirty == 0 {
@@ -307,6 +440,24 @@ impl PartitionLog {
                 .push((txn.first_offset, txn.last_offset));
         }
         ranges
+    }
+
+    /// For each producer id, the offsets of the producer snapshots in which
+    /// it has an open transaction.
+    fn snapshot_txns(&self) -> Result<HashMap<i64, Vec<i64>>> {
+        let mut txns: HashMap<i64, Vec<i64>> = HashMap::new();
+        for offset in list_offset_files(&self.dir, SNAPSHOT_SUFFIX)? {
+            let path = offset_file(&self.dir, offset, SNAPSHOT_SUFFIX);
+            let bytes = fs::read(&path).map_err(LogError::io("read", &path))?;
+            // An unreadable snapshot is never loaded (loading deletes it).
+            let Ok(state) = ProducerState::decode_snapshot(&bytes) else {
+                continue;
+            };
+            for p in state.producers().filter(|p| p.current_txn_first_offset.is_some()) {
+                txns.entry(p.producer_id).or_default().push(offset);
+            }
+        }
+        Ok(txns)
     }
 
     fn build_offset_map(&self, upper: i64, aborted: &AbortedRanges) -> Result<OffsetMap> {
@@ -362,11 +513,49 @@ impl PartitionLog {
         out
     }
 
-    /// Decides what becomes of one batch.
-    fn filter_batch(&self, batch: &RecordBatch<&[u8]>, map: &OffsetMap, retain_deletes: bool) -> Filtered {
-        if batch.is_control() || batch.is_transactional() {
-            return Filtered::Whole;
+    /// Decides what becomes of one batch (Kafka's `checkBatchRetention`
+    /// and `shouldRetainRecord`), noting it in the pass's transaction state.
+    fn filter_batch(&self, batch: &RecordBatch<&[u8]>, pass: &mut Pass, retain_deletes: bool) -> Filtered {
+        if batch.is_control() {
+            return self.filter_control(batch, pass, retain_deletes);
         }
+        let filtered = if is_aborted(batch, &pass.aborted) {
+            let removed = u64::try_from(batch.records_count()).unwrap_or(0);
+            self.drop_or_empty(batch, removed)
+        } else {
+            self.filter_records(batch, &pass.map, retain_deletes)
+        };
+        pass.on_data(batch, !matches!(filtered, Filtered::Dropped { .. }));
+        filtered
+    }
+
+    /// A control batch: only a COMMIT/ABORT marker may go (see the module doc).
+    fn filter_control(&self, batch: &RecordBatch<&[u8]>, pass: &mut Pass, retain_deletes: bool) -> Filtered {
+        let abort = match ControlRecord::decode(batch).map(|r| r.control_type) {
+            Ok(ControlType::Abort) => true,
+            Ok(ControlType::Commit) => false,
+            Ok(ControlType::MirrorPidReset) => {
+                pass.on_pid_reset(batch.last_offset());
+                return Filtered::Whole;
+            }
+            Ok(ControlType::Unknown(_)) | Err(_) => return Filtered::Whole,
+        };
+        let producer_id = batch.producer_id();
+        let (txn_stays, snapshot_needs) = pass.on_marker(producer_id, batch.last_offset(), abort);
+        let producers_last_word = self
+            .producers
+            .producer(producer_id)
+            .is_some_and(|p| p.last_offset < batch.base_offset());
+        if txn_stays || retain_deletes || snapshot_needs || producers_last_word {
+            Filtered::Whole
+        } else {
+            Filtered::Dropped { removed: 0 }
+        }
+    }
+
+    /// A data batch of a decided, not aborted, transaction or of none: its
+    /// records by key.
+    fn filter_records(&self, batch: &RecordBatch<&[u8]>, map: &OffsetMap, retain_deletes: bool) -> Filtered {
         let records = match decode_records(batch, DECOMPRESSED_BYTES_MAX) {
             Ok(records) => records,
             Err(e) => {
@@ -380,15 +569,21 @@ impl PartitionLog {
             .filter(|r| keep_record(r, map, retain_deletes))
             .collect();
         let removed = (total - kept.len()) as u64;
-        if !kept.is_empty() {
-            if removed == 0 {
-                return Filtered::Whole;
-            }
-            return Filtered::Rebuilt {
-                bytes: rebuild_batch(batch, &kept),
-                removed,
-            };
+        if kept.is_empty() {
+            return self.drop_or_empty(batch, removed);
         }
+        if removed == 0 {
+            return Filtered::Whole;
+        }
+        Filtered::Rebuilt {
+            bytes: rebuild_batch(batch, &kept),
+            removed,
+        }
+    }
+
+    /// A data batch left without records (`removed` of them now): gone,
+    /// unless producer state still needs it (`RETAIN_EMPTY`).
+    fn drop_or_empty(&self, batch: &RecordBatch<&[u8]>, removed: u64) -> Filtered {
         let producers_last = batch.producer_id() >= 0
             && self
                 .producers
@@ -411,7 +606,7 @@ impl PartitionLog {
         &mut self,
         group: &[i64],
         next_base: i64,
-        map: &OffsetMap,
+        pass: &mut Pass,
         options: &CleanOptions,
         now_ms: u64,
         report: &mut CleanReport,
@@ -421,9 +616,9 @@ impl PartitionLog {
         report.segments_cleaned += group.len() as u32;
         report.bytes_before += bytes_before;
         remove_staged(&self.dir, base)?;
-        let written = self.write_cleaned(group, map, options.delete_retention_ms, now_ms);
-        let (size, removed) = match written {
-            Ok(Some(done)) => done,
+        let written = self.write_cleaned(group, pass, options.delete_retention_ms, now_ms);
+        let cleaned = match written {
+            Ok(Some(cleaned)) => cleaned,
             Ok(None) => {
                 // Nothing to remove: the group stays as it is.
                 report.bytes_after += bytes_before;
@@ -479,10 +674,12 @@ impl PartitionLog {
         }
         self.segments.insert(base, segment);
         report.segments_rewritten += group.len() as u32;
-        report.records_removed += removed;
-        report.bytes_after += size;
-        tracing::info!(dir = %self.dir.display(), base, segments = group.len(), bytes_before, bytes_after = size,
-            records_removed = removed, "swapped in a cleaned segment");
+        report.records_removed += cleaned.records_removed;
+        report.markers_removed += cleaned.markers_removed;
+        report.bytes_after += cleaned.bytes;
+        tracing::info!(dir = %self.dir.display(), base, segments = group.len(), bytes_before, bytes_after = cleaned.bytes,
+            records_removed = cleaned.records_removed, markers_removed = cleaned.markers_removed,
+            "swapped in a cleaned segment");
         Ok(())
     }
 
@@ -491,21 +688,21 @@ impl PartitionLog {
     fn write_cleaned(
         &self,
         group: &[i64],
-        map: &OffsetMap,
+        pass: &mut Pass,
         delete_retention_ms: u64,
         now_ms: u64,
-    ) -> Result<Option<(u64, u64)>> {
+    ) -> Result<Option<CleanedGroup>> {
         let base = group[0];
         let max_batch_bytes = self.config.max_batch_bytes;
         let source_bytes: u64 = group.iter().map(|b| self.segments[b].size()).sum();
         let mut out = CleanedSegment::create(&self.dir, base, &self.config, source_bytes)?;
-        let mut txns: Vec<AbortedTxn> = Vec::new();
-        // Batches dropped or rebuilt: the group is rewritten only if any.
-        let (mut changes, mut removed) = (0usize, 0);
+        // Batches dropped or rebuilt, index entries dropped: the group is
+        // rewritten only if any.
+        let mut changes = 0usize;
+        let (mut records_removed, mut markers_removed) = (0, 0);
         let mut last_batch = None;
         for b in group {
             let segment = &self.segments[b];
-            txns.extend_from_slice(segment.txn_index.entries());
             let mut largest_timestamp = i64::MIN;
             for item in BatchIter::new(segment.bytes(), max_batch_bytes) {
                 largest_timestamp = largest_timestamp.max(item?.1.max_timestamp());
@@ -515,32 +712,57 @@ impl PartitionLog {
             for item in BatchIter::new(segment.bytes(), max_batch_bytes) {
                 let (position, batch) = item?;
                 last_batch = Some((*b, position));
-                match self.filter_batch(&batch, map, retain_deletes) {
+                match self.filter_batch(&batch, pass, retain_deletes) {
                     Filtered::Whole => out.append(batch.bytes())?,
-                    Filtered::Rebuilt { bytes, removed: n } => {
+                    Filtered::Rebuilt { bytes, removed } => {
                         out.append(&bytes)?;
-                        (changes, removed) = (changes + 1, removed + n);
+                        changes += 1;
+                        records_removed += removed;
                     }
-                    Filtered::Dropped { removed: n } => (changes, removed) = (changes + 1, removed + n),
+                    Filtered::Dropped { removed } => {
+                        changes += 1;
+                        records_removed += removed;
+                        markers_removed += u64::from(batch.is_control());
+                    }
                 }
             }
         }
         if out.position == 0
             && let Some((b, position)) = last_batch
         {
-            // Never an empty segment: the group's last batch stays, empty
-            // (it was dropped: no change if it was that empty batch already).
+            // Never an empty segment: the group's last batch (dropped)
+            // stays, a marker as it is, a data batch empty (no change if
+            // it was that empty batch already).
             let batch = self.segments[&b].batch_at(position as u64)?;
-            let empty = empty_batch(&batch);
-            if empty == batch.bytes() {
+            let kept = if batch.is_control() {
+                markers_removed -= 1;
+                batch.bytes().to_vec()
+            } else {
+                pass.on_data(&batch, true);
+                empty_batch(&batch)
+            };
+            if kept == batch.bytes() {
                 changes -= 1;
             }
-            out.append(&empty)?;
+            out.append(&kept)?;
+        }
+        // Every marker of the group's entries was passed by now.
+        let mut txns: Vec<AbortedTxn> = Vec::new();
+        for txn in group.iter().flat_map(|b| self.segments[b].txn_index.entries()) {
+            if pass.abort_stays(txn) {
+                txns.push(*txn);
+            } else {
+                changes += 1;
+            }
         }
         if changes == 0 {
             return Ok(None);
         }
-        Ok(Some((out.finish(&txns)?, removed)))
+        Ok(Some(CleanedGroup {
+            bytes: out.finish(&txns)?,
+            records_removed,
+            markers_removed,
+        }))
     }
 }
 
@@ -615,11 +837,11 @@ fn rebuild_batch(original: &RecordBatch<&[u8]>, kept: &[Record]) -> Vec<u8> {
     };
     let raw = encode_records(original.base_offset(), base_timestamp, kept);
     let codec = original.compression();
-    let timestamp_type = original.attributes() & ATTR_TIMESTAMP_TYPE;
+    let flags = original.attributes() & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL);
     if codec != Compression::None
         && let Some(compressed) = compress(codec, &raw)
     {
-        let attributes = timestamp_type | i16::from(codec.id());
+        let attributes = flags | i16::from(codec.id());
         let batch = encode_batch(
             original,
             attributes,
@@ -640,14 +862,7 @@ fn rebuild_batch(original: &RecordBatch<&[u8]>, kept: &[Record]) -> Vec<u8> {
             "re-encoded batch does not decode to its records; writing it uncompressed"
         );
     }
-    encode_batch(
-        original,
-        timestamp_type,
-        base_timestamp,
-        max_timestamp,
-        kept.len(),
-        &raw,
-    )
+    encode_batch(original, flags, base_timestamp, max_timestamp, kept.len(), &raw)
 }
 
 /// The records section (uncompressed) of a v2 batch.

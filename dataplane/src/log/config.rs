@@ -41,8 +41,9 @@ pub struct LogConfig {
     /// topics (mirrored partitions follow their source byte for byte).
     pub cleanup_policy: CleanupPolicy,
     /// `delete.retention.ms`: how long the cleaner keeps a tombstone (a
-    /// record with a null value), counted from the largest timestamp of its
-    /// segment.
+    /// record with a null value) and a COMMIT/ABORT marker whose
+    /// transaction left nothing behind, counted from the largest timestamp
+    /// of its segment.
     pub delete_retention_ms: u64,
     /// `min.cleanable.dirty.ratio`: the periodic cleaner cleans a log only
     /// once the bytes not cleaned yet are at least this share of the

@@ -3,8 +3,9 @@
 //!
 //! A partition directory `<topic>-<partition>/` holds segments named by base
 //! offset (`<20 digits>.log`, `.index`, `.timeindex`, `.txnindex`), producer
-//! snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint` and
-//! `partition.metadata`. The data directory holds
+//! snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint`,
+//! `partition.metadata` and, once compacted, `cleaner-offset-checkpoint`
+//! (where the log cleaner got to). The data directory holds
 //! `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and the
 //! clean-shutdown marker ([`LogDir`]).
 //!
@@ -15,6 +16,7 @@
 
 mod checkpoint;
 mod cleaner;
+mod cleaner_checkpoint;
 pub mod compacted;
 mod config;
 mod end_mirroring;

@@ -133,8 +133,8 @@ pub struct PartitionLog {
     pub(super) producers: ProducerState,
     unflushed_records: u64,
     last_flush_ms: u64,
-    /// The log cleaner's "first dirty offset" (memory only): segments that
-    /// start below it were cleaned since the log was opened.
+    /// The log cleaner's first dirty offset (`cleaner-offset-checkpoint`):
+    /// the log below it was cleaned. Within [log start, log end].
     pub(super) first_dirty_offset: i64,
 }
 
@@ -162,7 +162,7 @@ impl PartitionLog {
             producers: ProducerState::default(),
             unflushed_records: 0,
             last_flush_ms: opts.now_ms,
-            first_dirty_offset: 0,
+            first_dirty_offset: opts.log_start_offset.max(0),
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -201,6 +201,7 @@ impl PartitionLog {
             // Retention moved past everything we hold while we were down.
             log.truncate_fully_and_start_at(log.log_start_offset)?;
         }
+        log.first_dirty_offset = super::cleaner_checkpoint::load(&log.dir, log.log_start_offset, log.next_offset);
         Ok((log, report))
     }
 
@@ -840,7 +841,7 @@ impl PartitionLog {
             return self.truncate_fully_and_start_at(offset);
         }
         self.recovery_point = self.recovery_point.min(self.next_offset);
-        self.first_dirty_offset = self.first_dirty_offset.min(self.next_offset);
+        self.lower_first_dirty_offset()?;
         self.epochs.truncate_from_end(self.next_offset);
         self.epochs.persist()?;
         ProducerState::delete_snapshots(&self.dir, |o| o > self.next_offset)?;
@@ -887,6 +888,7 @@ impl PartitionLog {
         self.epochs.clear();
         self.epochs.persist()?;
         self.first_dirty_offset = offset;
+        super::cleaner_checkpoint::remove(&self.dir)?;
         self.start_empty_at(offset)
     }
 
@@ -937,6 +939,7 @@ impl PartitionLog {
             return self.truncate_fully_and_start_at(offset);
         }
         self.log_start_offset = offset;
+        self.first_dirty_offset = self.first_dirty_offset.max(offset);
         let bases: Vec<i64> = self.segments.keys().copied().collect();
         for pair in bases.windows(2) {
             if pair[1] > offset {
