@@ -1793,6 +1793,9 @@ fn describe_outcome(outcome: &GroupOutcome) -> String {
             line
         }
         GroupOutcome::Active { state } => format!("left alone: active here ({state})"),
+        GroupOutcome::TypeConflict { source, destination } => {
+            format!("skipped: type conflict: a {source} group at the source, a {destination} group here")
+        }
         GroupOutcome::Skipped { reason } => format!("skipped: {reason}"),
         GroupOutcome::Failed { error } => format!("failed: {error}"),
     }

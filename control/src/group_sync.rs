@@ -1,9 +1,10 @@
-//! Consumer-group offset sync (issue 6; DESIGN.md, "MirrorMetadataManager"):
-//! once per metadata round, the committed offsets of the source's consumer
-//! groups for the partitions this mirror serves are written into our own
-//! group coordinator, so consumers that fail over to the mirror resume
-//! where they were. Because the mirror keeps the source's offsets, they are
-//! copied as they are, never translated.
+//! Group offset sync (issue 6; DESIGN.md, "MirrorMetadataManager"): once
+//! per metadata round, the committed offsets of the source's consumer
+//! groups, and the start offsets of its share groups, for the partitions
+//! this mirror serves are written into our own group coordinator, so
+//! consumers that fail over to the mirror resume where they were. Because
+//! the mirror keeps the source's offsets, they are copied as they are,
+//! never translated.
 //!
 //! One round ([`sync_group_offsets`]):
 //!
@@ -16,40 +17,56 @@
 //!    name listed as more than one type is logged and skipped
 //!    ([`GroupSyncReport::type_conflicts`]). A source that does not serve
 //!    ListGroups (librdkafka's mock cluster) cannot be listed: only the
-//!    groups the filter names are synced there ([`GroupFilter::named`]).
+//!    groups the filter names are synced there, as consumer groups
+//!    ([`GroupFilter::named`]).
 //! 2. **Filter** the group ids ([`GroupFilter`]: named ids and an include
 //!    regex, minus an exclude regex, whole ids; by default every group).
 //!    Nothing is excluded by default: Kafka has no internal consumer
 //!    groups, and offsets of internal topics (`__consumer_offsets`, …) are
 //!    dropped anyway, since such topics are never mirrored.
-//! 3. **Fetch** each consumer group's committed offsets at its coordinator
-//!    (FindCoordinator, batched from v4; connections to other brokers are
-//!    opened on demand and kept for the call), batched by coordinator with
-//!    OffsetFetch v8+, one group per request before. Sources speaking v7+
-//!    are asked for all of a group's offsets; older ones (and the mock,
-//!    which mishandles "all") for the mirrored partitions by name. Only
+//! 3. **Fetch** each group's offsets at its coordinator (FindCoordinator
+//!    key type 0, batched from v4 — share groups too: Kafka's key type 2 is
+//!    the share *coordinator* of share-partition state, not the group's;
+//!    connections to other brokers are opened on demand and kept for the
+//!    call). Consumer groups: OffsetFetch, batched by coordinator with v8+,
+//!    one group per request before; sources speaking v7+ are asked for all
+//!    of a group's offsets, older ones (and the mock, which mishandles
+//!    "all") for the mirrored partitions by name. Share groups:
+//!    DescribeShareGroupOffsets v0 for the mirrored partitions by name
+//!    (Kafka 4.0 takes no null "all topics"), batched by coordinator; a
+//!    partition without a start offset answers -1 and is left out. Only
 //!    partitions in `mirrored` are kept.
-//! 4. **Check the destination**: DescribeGroups at our listener. A group in
-//!    any state but Empty or Dead (a group the destination does not know is
-//!    Dead) is active there and left alone ([`GroupOutcome::Active`]).
-//! 5. **Commit** the rest at the destination as an admin ("simple") commit —
-//!    generation -1, no member id, as Kafka's
-//!    `AdminClient.alterConsumerGroupOffsets` does — with each partition's
-//!    committed leader epoch and metadata, after an OffsetFetch at the
-//!    destination drops partitions that already hold the same offset (so a
-//!    quiet group costs no writes). An offset ahead of the destination's log
-//!    end (the mirror lags) is committed as it is: a consumer resuming there
-//!    waits for the data rather than re-reading. A consumer that joins
-//!    between the check and the commit is safe: the coordinator refuses a
-//!    generation -1 commit to a group with members (UNKNOWN_MEMBER_ID, per
-//!    partition in [`GroupOutcome::Synced::refused`]).
+//! 4. **Check the destination**. Where it holds share groups (it speaks
+//!    DescribeShareGroupOffsets and AlterShareGroupOffsets), one ListGroups
+//!    there says what each id is: a consumer group never overwrites a
+//!    share group of the same name, nor a share group a consumer group —
+//!    the group is logged and reported ([`GroupOutcome::TypeConflict`]) and
+//!    the others go on. Consumer groups: DescribeGroups at our listener; a
+//!    group in any state but Empty or Dead (a group the destination does
+//!    not know is Dead) is active there and left alone
+//!    ([`GroupOutcome::Active`]). Share groups: one listed in a state but
+//!    Empty is left alone likewise (never, at our listener: it serves no
+//!    share consumers).
+//! 5. **Write** the rest at the destination, after reading what it holds
+//!    (OffsetFetch; DescribeShareGroupOffsets) to drop partitions that
+//!    already have the same offset (so a quiet group costs no writes).
+//!    Consumer groups: an admin ("simple") commit — generation -1, no
+//!    member id, as Kafka's `AdminClient.alterConsumerGroupOffsets` does —
+//!    with each partition's committed leader epoch and metadata. Share
+//!    groups: AlterShareGroupOffsets (as `AdminClient.alterShareGroupOffsets`),
+//!    which creates the group at the destination if need be. An offset
+//!    ahead of the destination's log end (the mirror lags) is written as it
+//!    is: a consumer resuming there waits for the data rather than
+//!    re-reading. A consumer that joins between the check and the commit
+//!    is safe: the coordinator refuses a generation -1 commit to a group
+//!    with members (UNKNOWN_MEMBER_ID, per partition in
+//!    [`GroupOutcome::Synced::refused`]); likewise a group of the other
+//!    type created meanwhile refuses the write (GROUP_ID_NOT_FOUND),
+//!    reported as a type conflict for a share group.
 //!
-//! **Share groups** are detected and reported as skipped
-//! ([`GroupOutcome::Skipped`], "destination does not support share
-//! groups"): our listener implements no share-group APIs, so there is
-//! nothing to write their start offsets into. They are never committed as
-//! consumer groups, so a share group at the source never overwrites a
-//! consumer group of the same name at the destination.
+//! A destination without the share-group APIs gets no share groups: they
+//! are reported as skipped ([`SHARE_GROUPS_UNSUPPORTED`]), never committed
+//! as consumer groups.
 //!
 //! Errors: a failure of the `source` or `destination` connection itself
 //! (I/O, framing), or a destination we cannot ask (no common version of
@@ -59,19 +76,26 @@
 //! source broker — is reported per group (or per broker, for listings) and
 //! the round goes on.
 //!
-//! Not done here: share-group start offsets themselves (the destination
-//! cannot take them), and connections to other source brokers use default
+//! Not done here: connections to other source brokers use default
 //! [`ConnectionOptions`] (no TLS/SASL yet in the client).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use kafka_protocol::messages::alter_share_group_offsets_request::{
+    AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+};
+use kafka_protocol::messages::describe_share_group_offsets_request::{
+    DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
+};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, ListGroupsRequest,
-    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, DescribeGroupsRequest,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use regex::Regex;
@@ -86,18 +110,28 @@ const GROUP_TYPE_SHARE: &str = "share";
 /// The protocol type of consumer groups (classic groups of other types,
 /// such as Kafka Connect's "connect", are not consumer groups).
 const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
-/// FindCoordinator key type of groups.
+/// The protocol type Kafka lists share groups with (below ListGroups v5,
+/// the only sign of one).
+const SHARE_PROTOCOL_TYPE: &str = "share";
+/// FindCoordinator key type of groups, share groups included (key type
+/// 2, "share", finds the share coordinator of a share-partition's state).
 const KEY_TYPE_GROUP: i8 = 0;
 /// An admin commit: no generation, no member.
 const ADMIN_GENERATION: i32 = -1;
 /// Groups per batched request (FindCoordinator v4+, OffsetFetch v8+,
 /// DescribeGroups), which keeps each answer small.
 const GROUPS_PER_REQUEST: usize = 100;
+/// Group-partitions per DescribeShareGroupOffsets request (each group
+/// names every partition asked).
+const SHARE_PARTITIONS_PER_REQUEST: usize = 10_000;
 /// Group coordinator errors that are about the coordinator, not the group.
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const NOT_COORDINATOR: i16 = 16;
-/// Why share groups are skipped.
+/// Why share groups are skipped where the destination cannot take them.
 pub const SHARE_GROUPS_UNSUPPORTED: &str = "destination does not support share groups";
+/// Group types in [`GroupOutcome::TypeConflict`].
+pub const CONSUMER_GROUP: &str = "consumer";
+pub const SHARE_GROUP: &str = "share";
 
 /// The API versions used here (ours; the highest both sides speak wins).
 const LIST_GROUPS_VERSIONS: (i16, i16) = (0, 5);
@@ -105,6 +139,8 @@ const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 5);
 const OFFSET_FETCH_VERSIONS: (i16, i16) = (1, 9);
 const DESCRIBE_GROUPS_VERSIONS: (i16, i16) = (0, 6);
 const OFFSET_COMMIT_VERSIONS: (i16, i16) = (2, 9);
+const DESCRIBE_SHARE_GROUP_OFFSETS_VERSIONS: (i16, i16) = (0, 0);
+const ALTER_SHARE_GROUP_OFFSETS_VERSIONS: (i16, i16) = (0, 0);
 
 /// Which group ids are synced: ids named explicitly and ids matching the
 /// include regex, minus ids matching the exclude regex (which wins, also
@@ -162,7 +198,8 @@ impl GroupFilter {
 /// What became of one group in a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupOutcome {
-    /// Committed at the destination: `committed` partitions written,
+    /// Written at the destination (committed offsets of a consumer group,
+    /// start offsets of a share group): `committed` partitions written,
     /// `unchanged` ones already there with the same offset, and partitions
     /// the destination refused (error code; UNKNOWN_TOPIC_OR_PARTITION for
     /// a partition it does not serve yet, UNKNOWN_MEMBER_ID when a consumer
@@ -174,7 +211,13 @@ pub enum GroupOutcome {
     },
     /// Left alone: active at the destination, in this state.
     Active { state: String },
-    /// Not a group this sync writes (a share group, another group type).
+    /// Left alone: the destination holds a group of another type under
+    /// this id (`source` and `destination` are [`CONSUMER_GROUP`] or
+    /// [`SHARE_GROUP`]); a consumer group never overwrites a share group,
+    /// nor the other way round.
+    TypeConflict { source: String, destination: String },
+    /// Not a group this sync writes (a share group the destination cannot
+    /// take, another group type).
     Skipped { reason: String },
     /// Not synced this round.
     Failed { error: String },
@@ -187,7 +230,9 @@ pub struct GroupSyncReport {
     /// source that cannot list, that the filter names).
     pub groups: BTreeMap<String, GroupOutcome>,
     /// Group ids the source listed as more than one group type (a consumer
-    /// group and a share group of the same name): logged and skipped.
+    /// group and a share group of the same name): logged and skipped. (A
+    /// conflict with the destination is the group's outcome,
+    /// [`GroupOutcome::TypeConflict`].)
     pub type_conflicts: BTreeSet<String>,
     /// Whether the source listed its groups (ListGroups).
     pub listed: bool,
@@ -261,14 +306,22 @@ fn kind_of(share_listing: bool, group_type: &str, protocol_type: &str) -> Option
 /// Every kind each group id was listed as.
 type Listing = BTreeMap<String, BTreeSet<GroupKind>>;
 
+/// The groups a round writes, by type.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Planned {
+    consumer: Vec<String>,
+    share: Vec<String>,
+}
+
 /// Sorts what the source listed (`None`: it cannot list) into the consumer
-/// groups to sync, and outcomes for the rest.
+/// and share groups to sync, and outcomes for the rest; share groups are
+/// skipped for `share_unsupported` (why the destination cannot take them).
 fn plan(
     listing: Option<Listing>,
     filter: &GroupFilter,
-    share_reason: &str,
+    share_unsupported: Option<&str>,
     report: &mut GroupSyncReport,
-) -> Vec<String> {
+) -> Planned {
     report.listed = listing.is_some();
     let mut listing = listing.unwrap_or_default();
     // Named groups are synced even when not listed (their broker may not
@@ -278,7 +331,7 @@ fn plan(
             .entry(group.clone())
             .or_insert_with(|| BTreeSet::from([GroupKind::Consumer]));
     }
-    let mut consumer_groups = Vec::new();
+    let mut planned = Planned::default();
     for (group, kinds) in listing {
         if !filter.wants(&group) {
             continue;
@@ -289,16 +342,19 @@ fn plan(
             continue;
         }
         match kinds.into_iter().next() {
-            Some(GroupKind::Consumer) => consumer_groups.push(group),
-            Some(GroupKind::Share) => {
-                tracing::debug!(group, reason = share_reason, "share group not synced");
-                report.groups.insert(
-                    group,
-                    GroupOutcome::Skipped {
-                        reason: format!("share group: {share_reason}"),
-                    },
-                );
-            }
+            Some(GroupKind::Consumer) => planned.consumer.push(group),
+            Some(GroupKind::Share) => match share_unsupported {
+                None => planned.share.push(group),
+                Some(reason) => {
+                    tracing::debug!(group, reason, "share group not synced");
+                    report.groups.insert(
+                        group,
+                        GroupOutcome::Skipped {
+                            reason: format!("share group: {reason}"),
+                        },
+                    );
+                }
+            },
             Some(GroupKind::Other(group_type)) => {
                 report.groups.insert(
                     group,
@@ -310,7 +366,7 @@ fn plan(
             None => {}
         }
     }
-    consumer_groups
+    planned
 }
 
 /// Whether `e` means the connection itself is unusable (as opposed to an
@@ -385,11 +441,7 @@ pub async fn sync_group_offsets(
     if mirrored.is_empty() {
         return Ok(report);
     }
-    let share_reason = if destination.advertises(ApiKey::AlterShareGroupOffsets as i16) {
-        "share-group offset sync is not implemented"
-    } else {
-        SHARE_GROUPS_UNSUPPORTED
-    };
+    let share_destination = takes_share_groups(destination);
     let mut brokers = SourceBrokers {
         source,
         options: ConnectionOptions {
@@ -399,12 +451,25 @@ pub async fn sync_group_offsets(
         others: HashMap::new(),
     };
     let listing = list_source_groups(&mut brokers, &mut report).await?;
-    let consumer_groups = plan(listing, groups, share_reason, &mut report);
-    if consumer_groups.is_empty() {
+    let unsupported = (!share_destination).then_some(SHARE_GROUPS_UNSUPPORTED);
+    let planned = plan(listing, groups, unsupported, &mut report);
+    if planned.consumer.is_empty() && planned.share.is_empty() {
         return Ok(report);
     }
-    let source_offsets = fetch_source_offsets(&mut brokers, &consumer_groups, mirrored, &mut report).await?;
-    commit_at_destination(destination, source_offsets, &mut report).await?;
+    // Only a destination with share groups can hold an id as another type.
+    let held = if share_destination {
+        destination_groups(destination).await?
+    } else {
+        None
+    };
+    if !planned.consumer.is_empty() {
+        let source_offsets = fetch_source_offsets(&mut brokers, &planned.consumer, mirrored, &mut report).await?;
+        commit_at_destination(destination, source_offsets, held.as_ref(), &mut report).await?;
+    }
+    if !planned.share.is_empty() {
+        let source_offsets = fetch_source_share_offsets(&mut brokers, &planned.share, mirrored, &mut report).await?;
+        alter_at_destination(destination, source_offsets, held.as_ref(), &mut report).await?;
+    }
     let failed = report
         .groups
         .values()
@@ -418,6 +483,16 @@ pub async fn sync_group_offsets(
         "group offsets synced"
     );
     Ok(report)
+}
+
+/// Whether the destination takes share groups' start offsets: it speaks
+/// DescribeShareGroupOffsets and AlterShareGroupOffsets at versions we do.
+fn takes_share_groups(destination: &Connection) -> bool {
+    let (min, max) = DESCRIBE_SHARE_GROUP_OFFSETS_VERSIONS;
+    let describe = destination.version_for::<DescribeShareGroupOffsetsRequest>(min, max);
+    let (min, max) = ALTER_SHARE_GROUP_OFFSETS_VERSIONS;
+    let alter = destination.version_for::<AlterShareGroupOffsetsRequest>(min, max);
+    describe.is_ok() && alter.is_ok()
 }
 
 // ---- listing ----
@@ -926,15 +1001,23 @@ fn commit_results(response: &OffsetCommitResponse) -> (usize, BTreeMap<(String, 
 }
 
 /// Commits the source's offsets of each group that is not active at the
-/// destination, where they differ from what the destination holds.
+/// destination, nor a share group there (`held`: what the destination
+/// lists, where it may hold share groups), where they differ from what the
+/// destination holds.
 async fn commit_at_destination(
     destination: &mut Connection,
     source_offsets: BTreeMap<String, Offsets>,
+    held: Option<&HeldGroups>,
     report: &mut GroupSyncReport,
 ) -> Result<(), ClientError> {
     let mut candidates = BTreeMap::new();
     for (group, offsets) in source_offsets {
-        if offsets.is_empty() {
+        // A group named but not listed (a source that cannot list) may not
+        // exist there: only one with offsets is in conflict.
+        let exists = report.listed || !offsets.is_empty();
+        if exists && held.and_then(|h| h.get(&group)).is_some_and(|g| g.share) {
+            conflict(report, group, CONSUMER_GROUP, SHARE_GROUP);
+        } else if offsets.is_empty() {
             report.groups.insert(
                 group,
                 GroupOutcome::Synced {
@@ -1030,6 +1113,408 @@ async fn commit_at_destination(
     Ok(())
 }
 
+/// A group id at the destination, as its ListGroups says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeldGroup {
+    /// A share group (else a group of the classic or consumer protocol).
+    share: bool,
+    /// Its state ("" below ListGroups v4).
+    state: String,
+}
+
+type HeldGroups = BTreeMap<String, HeldGroup>;
+
+fn conflict(report: &mut GroupSyncReport, group: String, source: &str, destination: &str) {
+    tracing::warn!(
+        group,
+        source,
+        destination,
+        "a {source} group at the source, a {destination} group of the same id at the destination; not synced"
+    );
+    report.groups.insert(
+        group,
+        GroupOutcome::TypeConflict {
+            source: source.to_owned(),
+            destination: destination.to_owned(),
+        },
+    );
+}
+
+/// Whether a listed group is a share group: its type (v5+) says so, or,
+/// without one, its protocol type.
+fn is_share_listing(group_type: &str, protocol_type: &str) -> bool {
+    group_type.eq_ignore_ascii_case(GROUP_TYPE_SHARE) || (group_type.is_empty() && protocol_type == SHARE_PROTOCOL_TYPE)
+}
+
+fn held_groups(response: &ListGroupsResponse) -> HeldGroups {
+    response
+        .groups
+        .iter()
+        .map(|g| {
+            let held = HeldGroup {
+                share: is_share_listing(&g.group_type, &g.protocol_type),
+                state: g.group_state.to_string(),
+            };
+            (g.group_id.0.to_string(), held)
+        })
+        .collect()
+}
+
+/// Every group at the destination, by id (one ListGroups, every type);
+/// `None` when it cannot be listed (the destination still refuses a write
+/// to a group of the other type, reported then).
+async fn destination_groups(destination: &mut Connection) -> Result<Option<HeldGroups>, ClientError> {
+    let (min, max) = LIST_GROUPS_VERSIONS;
+    let Ok(version) = destination.version_for::<ListGroupsRequest>(min, max) else {
+        return Ok(None);
+    };
+    match destination.request(&ListGroupsRequest::default(), version).await {
+        Ok(response) => {
+            if response.error_code != codes::NONE {
+                // Some of its shards answered: what they hold still counts.
+                tracing::debug!(code = response.error_code, "the destination listed its groups in part");
+            }
+            Ok(Some(held_groups(&response)))
+        }
+        Err(e) if connection_failed(&e) => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot list the destination's groups");
+            Ok(None)
+        }
+    }
+}
+
+// ---- share groups ----
+
+/// Start offsets by (topic, partition).
+type ShareOffsets = BTreeMap<(String, i32), i64>;
+
+/// Groups per DescribeShareGroupOffsets request when each names
+/// `partitions` partitions.
+fn share_groups_per_request(partitions: usize) -> usize {
+    (SHARE_PARTITIONS_PER_REQUEST / partitions.max(1)).clamp(1, GROUPS_PER_REQUEST)
+}
+
+/// DescribeShareGroupOffsets v0 of each group's partitions, by name.
+fn describe_share_request(asks: &[(String, Topics)]) -> DescribeShareGroupOffsetsRequest {
+    let groups = asks
+        .iter()
+        .map(|(group, topics)| {
+            let topics = topics
+                .iter()
+                .map(|(t, ps)| {
+                    DescribeShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(TopicName(s(t)))
+                        .with_partitions(ps.clone())
+                })
+                .collect();
+            DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(s(group)))
+                .with_topics(Some(topics))
+        })
+        .collect();
+    DescribeShareGroupOffsetsRequest::default().with_groups(groups)
+}
+
+/// The start offsets in a DescribeShareGroupOffsets answer for each group
+/// asked (in order): initialized (≥ 0), without error, in `keep`. A group
+/// that is not a share group (any more) has none.
+fn share_offsets_from(
+    asked: &[String],
+    response: &DescribeShareGroupOffsetsResponse,
+    keep: &BTreeSet<(String, i32)>,
+) -> Vec<(String, Result<ShareOffsets, String>)> {
+    asked
+        .iter()
+        .map(|group| {
+            let Some(g) = response.groups.iter().find(|g| g.group_id.0.as_str() == group.as_str()) else {
+                return (
+                    group.clone(),
+                    Err("DescribeShareGroupOffsets did not answer for the group".into()),
+                );
+            };
+            match g.error_code {
+                codes::NONE => {}
+                codes::GROUP_ID_NOT_FOUND => return (group.clone(), Ok(ShareOffsets::new())),
+                code => return (group.clone(), Err(format!("DescribeShareGroupOffsets error code {code}"))),
+            }
+            let mut out = ShareOffsets::new();
+            for t in &g.topics {
+                for p in &t.partitions {
+                    match p.error_code {
+                        codes::NONE => {}
+                        code @ (COORDINATOR_LOAD_IN_PROGRESS | codes::COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR) => {
+                            return (group.clone(), Err(format!("DescribeShareGroupOffsets error code {code}")));
+                        }
+                        code => {
+                            tracing::debug!(topic = %t.topic_name.0, partition = p.partition_index, code, "no start offset (partition error)");
+                            continue;
+                        }
+                    }
+                    let tp = (t.topic_name.0.to_string(), p.partition_index);
+                    if p.start_offset >= 0 && keep.contains(&tp) {
+                        out.insert(tp, p.start_offset);
+                    }
+                }
+            }
+            (group.clone(), Ok(out))
+        })
+        .collect()
+}
+
+/// Start offsets of share groups at `conn` (their coordinator), each of
+/// its own partitions; those in `keep` only.
+async fn describe_share_offsets(
+    conn: &mut Connection,
+    asks: &[(String, Topics)],
+    keep: &BTreeSet<(String, i32)>,
+) -> Result<Vec<(String, Result<ShareOffsets, String>)>, ClientError> {
+    let (min, max) = DESCRIBE_SHARE_GROUP_OFFSETS_VERSIONS;
+    let version = conn.version_for::<DescribeShareGroupOffsetsRequest>(min, max)?;
+    let widest = asks
+        .iter()
+        .map(|(_, ts)| ts.iter().map(|(_, ps)| ps.len()).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    let mut out = Vec::with_capacity(asks.len());
+    for batch in asks.chunks(share_groups_per_request(widest)) {
+        let response = conn.request(&describe_share_request(batch), version).await?;
+        let asked: Vec<String> = batch.iter().map(|(g, _)| g.clone()).collect();
+        out.extend(share_offsets_from(&asked, &response, keep));
+    }
+    Ok(out)
+}
+
+/// The start offsets of share `groups` at the source, for `mirrored`
+/// partitions; groups that fail are reported and left out.
+async fn fetch_source_share_offsets(
+    brokers: &mut SourceBrokers<'_>,
+    groups: &[String],
+    mirrored: &BTreeSet<(String, i32)>,
+    report: &mut GroupSyncReport,
+) -> Result<BTreeMap<String, ShareOffsets>, ClientError> {
+    let coordinators = find_coordinators(brokers, groups).await?;
+    let mut by_coordinator: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (group, coordinator) in coordinators {
+        match coordinator {
+            Ok(addr) => by_coordinator.entry(addr).or_default().push(group),
+            Err(error) => fail(report, group, format!("no coordinator at the source: {error}")),
+        }
+    }
+    let topics = by_topic(mirrored);
+    let mut out = BTreeMap::new();
+    for (addr, groups) in by_coordinator {
+        let asks: Vec<(String, Topics)> = groups.iter().map(|g| (g.clone(), topics.clone())).collect();
+        let described = match brokers.get(&addr).await {
+            Ok(conn) => describe_share_offsets(conn, &asks, mirrored).await,
+            Err(e) => Err(e),
+        };
+        match described {
+            Ok(results) => {
+                for (group, offsets) in results {
+                    match offsets {
+                        Ok(offsets) => {
+                            out.insert(group, offsets);
+                        }
+                        Err(error) => fail(
+                            report,
+                            group,
+                            format!("DescribeShareGroupOffsets at the source: {error}"),
+                        ),
+                    }
+                }
+            }
+            Err(e) => {
+                let error = brokers.failed(&addr, e)?;
+                for group in groups {
+                    fail(
+                        report,
+                        group,
+                        format!("DescribeShareGroupOffsets at the source ({addr}): {error}"),
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// AlterShareGroupOffsets v0 of `offsets` for `group`.
+fn alter_share_request(group: &str, offsets: &ShareOffsets) -> AlterShareGroupOffsetsRequest {
+    let mut topics: Vec<AlterShareGroupOffsetsRequestTopic> = Vec::new();
+    for ((topic, partition), start) in offsets {
+        let p = AlterShareGroupOffsetsRequestPartition::default()
+            .with_partition_index(*partition)
+            .with_start_offset(*start);
+        match topics.last_mut() {
+            Some(t) if t.topic_name.0.as_str() == topic.as_str() => t.partitions.push(p),
+            _ => topics.push(
+                AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(s(topic)))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    AlterShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(topics)
+}
+
+/// Partitions written, and those refused with their error codes.
+type Written = (usize, BTreeMap<(String, i32), i16>);
+
+/// What an AlterShareGroupOffsets answer did to `group`: (written,
+/// refused), or the group's outcome when it was refused as a whole.
+fn alter_results(response: &AlterShareGroupOffsetsResponse) -> Result<Written, GroupOutcome> {
+    match response.error_code {
+        codes::NONE => {}
+        // Only a group of another type is "not found" by an alter (it
+        // creates share groups).
+        codes::GROUP_ID_NOT_FOUND => {
+            return Err(GroupOutcome::TypeConflict {
+                source: SHARE_GROUP.into(),
+                destination: CONSUMER_GROUP.into(),
+            });
+        }
+        codes::NON_EMPTY_GROUP => return Err(GroupOutcome::Active { state: "Stable".into() }),
+        code => {
+            let message = response.error_message.as_deref().unwrap_or_default();
+            return Err(GroupOutcome::Failed {
+                error: format!("AlterShareGroupOffsets at the destination: error code {code} {message}")
+                    .trim_end()
+                    .to_owned(),
+            });
+        }
+    }
+    let mut written = 0;
+    let mut refused = BTreeMap::new();
+    for t in &response.responses {
+        for p in &t.partitions {
+            if p.error_code == codes::NONE {
+                written += 1;
+            } else {
+                refused.insert((t.topic_name.0.to_string(), p.partition_index), p.error_code);
+            }
+        }
+    }
+    Ok((written, refused))
+}
+
+/// Sets the source's start offsets of each share group that is neither
+/// active at the destination nor a consumer group there, where they differ
+/// from what the destination holds.
+async fn alter_at_destination(
+    destination: &mut Connection,
+    source_offsets: BTreeMap<String, ShareOffsets>,
+    held: Option<&HeldGroups>,
+    report: &mut GroupSyncReport,
+) -> Result<(), ClientError> {
+    let mut candidates = BTreeMap::new();
+    for (group, offsets) in source_offsets {
+        match held.and_then(|h| h.get(&group)) {
+            Some(g) if !g.share => conflict(report, group, SHARE_GROUP, CONSUMER_GROUP),
+            Some(g) if !g.state.is_empty() && !is_inactive(&g.state) => {
+                tracing::debug!(
+                    group,
+                    state = g.state,
+                    "share group active at the destination; start offsets not synced"
+                );
+                report
+                    .groups
+                    .insert(group, GroupOutcome::Active { state: g.state.clone() });
+            }
+            _ if offsets.is_empty() => {
+                report.groups.insert(
+                    group,
+                    GroupOutcome::Synced {
+                        committed: 0,
+                        unchanged: 0,
+                        refused: BTreeMap::new(),
+                    },
+                );
+            }
+            _ => {
+                candidates.insert(group, offsets);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    // What the destination holds already; without an answer, everything
+    // is written.
+    let asks: Vec<(String, Topics)> = candidates
+        .iter()
+        .map(|(g, o)| (g.clone(), by_topic(o.keys())))
+        .collect();
+    let keep: BTreeSet<(String, i32)> = candidates.values().flat_map(|o| o.keys().cloned()).collect();
+    let current: BTreeMap<String, ShareOffsets> = match describe_share_offsets(destination, &asks, &keep).await {
+        Ok(results) => results
+            .into_iter()
+            .filter_map(|(g, o)| o.ok().map(|o| (g, o)))
+            .collect(),
+        Err(e) if connection_failed(&e) => return Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the destination's start offsets; writing all");
+            BTreeMap::new()
+        }
+    };
+    let (min, max) = ALTER_SHARE_GROUP_OFFSETS_VERSIONS;
+    let version = destination.version_for::<AlterShareGroupOffsetsRequest>(min, max)?;
+    for (group, offsets) in candidates {
+        let held = current.get(&group);
+        let (changed, unchanged): (ShareOffsets, ShareOffsets) = offsets
+            .into_iter()
+            .partition(|(tp, start)| held.and_then(|h| h.get(tp)) != Some(start));
+        let unchanged = unchanged.len();
+        if changed.is_empty() {
+            report.groups.insert(
+                group,
+                GroupOutcome::Synced {
+                    committed: 0,
+                    unchanged,
+                    refused: BTreeMap::new(),
+                },
+            );
+            continue;
+        }
+        let response = match destination
+            .request(&alter_share_request(&group, &changed), version)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) if connection_failed(&e) => return Err(e),
+            Err(e) => {
+                fail(report, group, format!("AlterShareGroupOffsets at the destination: {e}"));
+                continue;
+            }
+        };
+        match alter_results(&response) {
+            Ok((committed, refused)) => {
+                if !refused.is_empty() {
+                    tracing::warn!(group, refused = ?refused, "the destination refused some start offsets");
+                }
+                report.groups.insert(
+                    group,
+                    GroupOutcome::Synced {
+                        committed,
+                        unchanged,
+                        refused,
+                    },
+                );
+            }
+            Err(GroupOutcome::TypeConflict { source, destination }) => {
+                conflict(report, group, &source, &destination);
+            }
+            Err(outcome) => {
+                tracing::warn!(group, outcome = ?outcome, "share-group start offsets not synced");
+                report.groups.insert(group, outcome);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
@@ -1037,8 +1522,15 @@ mod tests {
 
     use glommio::net::TcpListener;
     use glommio::{LocalExecutorBuilder, Placement};
+    use kafka_protocol::messages::alter_share_group_offsets_response::{
+        AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
+    };
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+    use kafka_protocol::messages::describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+        DescribeShareGroupOffsetsResponseTopic,
+    };
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::list_groups_response::ListedGroup;
     use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
@@ -1125,8 +1617,14 @@ mod tests {
         )
         .unwrap();
         let mut report = GroupSyncReport::default();
-        let sync = plan(Some(listing), &filter, SHARE_GROUPS_UNSUPPORTED, &mut report);
-        assert_eq!(sync, ["app", "named-only"]);
+        let sync = plan(
+            Some(listing.clone()),
+            &filter,
+            Some(SHARE_GROUPS_UNSUPPORTED),
+            &mut report,
+        );
+        assert_eq!(sync.consumer, ["app", "named-only"]);
+        assert!(sync.share.is_empty());
         assert!(report.listed);
         assert_eq!(report.type_conflicts, BTreeSet::from(["dual".to_owned()]));
         let skipped = |g: &str| match report.outcome(g) {
@@ -1145,12 +1643,20 @@ mod tests {
         assert!(skipped("kstreams").contains("streams"));
         assert!(report.outcome("tmp-1").is_none() && report.outcome("app").is_none());
 
-        // A source that cannot list: the named groups only.
+        // A destination that takes share groups: they are synced too;
+        // the conflicting id still is not.
         let mut report = GroupSyncReport::default();
-        assert_eq!(
-            plan(None, &filter, SHARE_GROUPS_UNSUPPORTED, &mut report),
-            ["named-only", "named-share"]
-        );
+        let sync = plan(Some(listing), &filter, None, &mut report);
+        assert_eq!(sync.consumer, ["app", "named-only"]);
+        assert_eq!(sync.share, ["named-share", "queue"]);
+        assert_eq!(report.type_conflicts, BTreeSet::from(["dual".to_owned()]));
+        assert_eq!(report.groups.keys().collect::<Vec<_>>(), ["kstreams"]);
+
+        // A source that cannot list: the named groups only, as consumer groups.
+        let mut report = GroupSyncReport::default();
+        let sync = plan(None, &filter, None, &mut report);
+        assert_eq!(sync.consumer, ["named-only", "named-share"]);
+        assert!(sync.share.is_empty());
         assert!(!report.listed && report.groups.is_empty());
     }
 
@@ -1419,6 +1925,9 @@ mod tests {
         seen: Vec<(i16, i16)>,
         list_filters: Vec<Vec<String>>,
         commits: Vec<(String, i32, String)>,
+        /// Share groups' start offsets, and the groups altered, in order.
+        share_offsets: BTreeMap<String, ShareOffsets>,
+        alters: Vec<(String, usize)>,
     }
 
     type Shared = Rc<RefCell<Fake>>;
@@ -1482,7 +1991,8 @@ mod tests {
                         .map(|(id, (protocol_type, group_type))| {
                             let g = ListedGroup::default()
                                 .with_group_id(GroupId(s(id)))
-                                .with_protocol_type(s(protocol_type));
+                                .with_protocol_type(s(protocol_type))
+                                .with_group_state(s(self.states.get(id.as_str()).copied().unwrap_or("Empty")));
                             if version >= 5 {
                                 g.with_group_type(s(group_type))
                             } else {
@@ -1671,6 +2181,83 @@ mod tests {
                         .with_topics(topics)
                         .encode(&mut out, version)
                         .unwrap();
+                }
+                ApiKey::DescribeShareGroupOffsets => {
+                    let r = DescribeShareGroupOffsetsRequest::decode(buf, version).unwrap();
+                    let groups = r
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            let held = self
+                                .share_offsets
+                                .get(g.group_id.0.as_str())
+                                .cloned()
+                                .unwrap_or_default();
+                            let asked: Topics = match &g.topics {
+                                Some(ts) => ts
+                                    .iter()
+                                    .map(|t| (t.topic_name.0.to_string(), t.partitions.clone()))
+                                    .collect(),
+                                None => by_topic(held.keys()),
+                            };
+                            let topics = asked
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    let ps = ps
+                                        .into_iter()
+                                        .map(|p| {
+                                            DescribeShareGroupOffsetsResponsePartition::default()
+                                                .with_partition_index(p)
+                                                .with_start_offset(held.get(&(t.clone(), p)).copied().unwrap_or(-1))
+                                        })
+                                        .collect();
+                                    DescribeShareGroupOffsetsResponseTopic::default()
+                                        .with_topic_name(TopicName(s(&t)))
+                                        .with_partitions(ps)
+                                })
+                                .collect();
+                            DescribeShareGroupOffsetsResponseGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_topics(topics)
+                        })
+                        .collect();
+                    DescribeShareGroupOffsetsResponse::default()
+                        .with_groups(groups)
+                        .encode(&mut out, version)
+                        .unwrap();
+                }
+                ApiKey::AlterShareGroupOffsets => {
+                    let r = AlterShareGroupOffsetsRequest::decode(buf, version).unwrap();
+                    let group = r.group_id.0.to_string();
+                    let other_type = self.groups.get(&group).is_some_and(|(_, t)| *t != "share");
+                    let response = if other_type {
+                        AlterShareGroupOffsetsResponse::default().with_error_code(codes::GROUP_ID_NOT_FOUND)
+                    } else {
+                        let held = self.share_offsets.entry(group.clone()).or_default();
+                        let mut count = 0;
+                        let topics = r
+                            .topics
+                            .iter()
+                            .map(|t| {
+                                let ps = t
+                                    .partitions
+                                    .iter()
+                                    .map(|p| {
+                                        held.insert((t.topic_name.0.to_string(), p.partition_index), p.start_offset);
+                                        count += 1;
+                                        AlterShareGroupOffsetsResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                    })
+                                    .collect();
+                                AlterShareGroupOffsetsResponseTopic::default()
+                                    .with_topic_name(t.topic_name.clone())
+                                    .with_partitions(ps)
+                            })
+                            .collect();
+                        self.alters.push((group, count));
+                        AlterShareGroupOffsetsResponse::default().with_responses(topics)
+                    };
+                    response.encode(&mut out, version).unwrap();
                 }
                 other => panic!("the fake broker was asked {other:?}"),
             }
@@ -2034,5 +2621,274 @@ mod tests {
             assert_eq!(report, GroupSyncReport::default());
             assert!(fake.borrow().seen.iter().all(|(k, _)| *k == ApiKey::ApiVersions as i16));
         });
+    }
+
+    /// The destination's share-group APIs (as our listener's).
+    fn with_share_apis(destination: &mut Fake) {
+        destination.apis.extend([
+            (ApiKey::ListGroups as i16, 5),
+            (ApiKey::DescribeShareGroupOffsets as i16, 0),
+            (ApiKey::AlterShareGroupOffsets as i16, 0),
+        ]);
+    }
+
+    /// Share groups at the source: "queue" (coordinated by broker 2, start
+    /// offsets of mirrored and unmirrored partitions), "fresh" (nothing
+    /// initialized), "sdup" (a consumer group of that id at the
+    /// destination); consumer group "cdup" at the source is a share group
+    /// at the destination. The rest as [`scenario`].
+    fn share_scenario(brokers: &mut [Fake; 2], addrs: &[String; 2], destination: &mut Fake) {
+        scenario(brokers, addrs, destination);
+        with_share_apis(destination);
+        let [b1, b2] = brokers;
+        for g in ["fresh", "sdup"] {
+            b2.groups.insert(g.into(), ("share", "share"));
+        }
+        b1.groups.insert("cdup".into(), ("consumer", "classic"));
+        for b in [&mut *b1, &mut *b2] {
+            b.coordinators.insert("queue".into(), addrs[1].clone());
+        }
+        let queue = ShareOffsets::from([(tp("orders", 0), 100), (tp("orders", 2), 0), (tp("unmirrored", 0), 7)]);
+        b2.share_offsets.insert("queue".into(), queue);
+        b1.share_offsets
+            .insert("sdup".into(), ShareOffsets::from([(tp("orders", 1), 5)]));
+        b1.offsets
+            .insert("cdup".into(), Offsets::from([(tp("orders", 0), committed(3, 0, ""))]));
+        // At the destination: "sdup" is a consumer group, "cdup" a share
+        // group, "queue" already holds one of its offsets.
+        destination.groups.insert("sdup".into(), ("consumer", "classic"));
+        destination
+            .offsets
+            .insert("sdup".into(), Offsets::from([(tp("orders", 1), committed(1, 0, ""))]));
+        destination.groups.insert("cdup".into(), ("share", "share"));
+        destination
+            .share_offsets
+            .insert("cdup".into(), ShareOffsets::from([(tp("orders", 0), 9)]));
+        destination.groups.insert("queue".into(), ("share", "share"));
+        destination
+            .share_offsets
+            .insert("queue".into(), ShareOffsets::from([(tp("orders", 2), 0)]));
+    }
+
+    #[test]
+    fn share_groups_sync_and_never_overwrite_a_group_of_the_other_type() {
+        let filter = GroupFilter::new(Vec::<String>::new(), Some(".*"), Some("tmp-.*")).unwrap();
+        let round = run_rounds(&NEW, true, filter.clone(), 1, share_scenario);
+        let r = &round.report;
+        assert_eq!(r.type_conflicts, BTreeSet::from(["dual".to_owned()]), "{r:?}");
+        assert_eq!(
+            r.outcome("queue"),
+            Some(&GroupOutcome::Synced {
+                committed: 1,
+                unchanged: 1,
+                refused: BTreeMap::new()
+            }),
+            "mirrored partitions only; the one already there not written again"
+        );
+        assert_eq!(
+            r.outcome("fresh"),
+            Some(&GroupOutcome::Synced {
+                committed: 0,
+                unchanged: 0,
+                refused: BTreeMap::new()
+            })
+        );
+        assert_eq!(
+            r.outcome("sdup"),
+            Some(&GroupOutcome::TypeConflict {
+                source: SHARE_GROUP.into(),
+                destination: CONSUMER_GROUP.into()
+            })
+        );
+        assert_eq!(
+            r.outcome("cdup"),
+            Some(&GroupOutcome::TypeConflict {
+                source: CONSUMER_GROUP.into(),
+                destination: SHARE_GROUP.into()
+            })
+        );
+        // The consumer groups as without share groups.
+        assert!(matches!(
+            r.outcome("app"),
+            Some(GroupOutcome::Synced { committed: 2, .. })
+        ));
+        assert_eq!(
+            r.outcome("busy"),
+            Some(&GroupOutcome::Active { state: "Stable".into() })
+        );
+
+        let d = &round.destination;
+        assert_eq!(
+            d.share_offsets["queue"],
+            ShareOffsets::from([(tp("orders", 0), 100), (tp("orders", 2), 0)])
+        );
+        assert_eq!(
+            d.alters,
+            [("queue".to_owned(), 1)],
+            "one alter, of the changed partition"
+        );
+        assert_eq!(
+            d.share_offsets["cdup"],
+            ShareOffsets::from([(tp("orders", 0), 9)]),
+            "a share group is not overwritten by a consumer group"
+        );
+        assert!(!d.offsets.contains_key("cdup"));
+        assert_eq!(
+            d.offsets["sdup"],
+            Offsets::from([(tp("orders", 1), committed(1, 0, ""))]),
+            "a consumer group is not overwritten by a share group"
+        );
+        assert!(!d.share_offsets.contains_key("sdup"));
+        let count = |f: &Fake, api: ApiKey| f.seen.iter().filter(|(k, _)| *k == api as i16).count();
+        assert_eq!(count(d, ApiKey::ListGroups), 1, "one listing of every type");
+        assert_eq!(d.list_filters, [Vec::<String>::new()]);
+        assert_eq!(count(d, ApiKey::DescribeShareGroupOffsets), 1);
+        // The source: share offsets at each group's coordinator, batched.
+        let [b1, b2] = [&round.source[0], &round.source[1]];
+        assert_eq!(count(b1, ApiKey::DescribeShareGroupOffsets), 1, "fresh and sdup");
+        assert_eq!(count(b2, ApiKey::DescribeShareGroupOffsets), 1, "queue");
+
+        // Another round: nothing to write.
+        let round = run_rounds(&NEW, true, filter, 2, share_scenario);
+        assert_eq!(
+            round.report.outcome("queue"),
+            Some(&GroupOutcome::Synced {
+                committed: 0,
+                unchanged: 2,
+                refused: BTreeMap::new()
+            })
+        );
+        assert_eq!(round.destination.alters.len(), 1, "only the first round wrote");
+    }
+
+    #[test]
+    fn a_destination_without_share_apis_skips_share_groups() {
+        fn no_share_destination(brokers: &mut [Fake; 2], addrs: &[String; 2], destination: &mut Fake) {
+            share_scenario(brokers, addrs, destination);
+            destination.apis = destination_apis(&NEW);
+        }
+        let round = run_rounds(&NEW, true, GroupFilter::default(), 1, no_share_destination);
+        let r = &round.report;
+        for g in ["queue", "fresh", "sdup"] {
+            assert_eq!(
+                r.outcome(g),
+                Some(&GroupOutcome::Skipped {
+                    reason: format!("share group: {SHARE_GROUPS_UNSUPPORTED}")
+                }),
+                "{g}"
+            );
+        }
+        assert!(round.destination.alters.is_empty());
+        let d = &round.destination;
+        assert!(
+            d.seen
+                .iter()
+                .all(|(k, _)| *k != ApiKey::ListGroups as i16 && *k != ApiKey::DescribeShareGroupOffsets as i16)
+        );
+        assert!(round.source.iter().all(|b| {
+            b.seen
+                .iter()
+                .all(|(k, _)| *k != ApiKey::DescribeShareGroupOffsets as i16)
+        }));
+    }
+
+    #[test]
+    fn share_requests_and_answers() {
+        let topics: Topics = vec![("orders".into(), vec![0, 1]), ("pay".into(), vec![3])];
+        let asks = [("g1".to_owned(), topics.clone()), ("g2".to_owned(), topics)];
+        let r = round_trip(&describe_share_request(&asks), 0);
+        assert_eq!(r.groups.len(), 2);
+        let ts = r.groups[1].topics.as_ref().expect("by name, never null (Kafka 4.0)");
+        assert_eq!(
+            (ts[0].topic_name.0.as_str(), ts[0].partitions.as_slice()),
+            ("orders", &[0, 1][..])
+        );
+        assert_eq!(share_groups_per_request(3), GROUPS_PER_REQUEST);
+        assert_eq!(share_groups_per_request(500), 20);
+        assert_eq!(share_groups_per_request(1_000_000), 1);
+
+        let offsets = ShareOffsets::from([(tp("orders", 0), 10), (tp("orders", 1), 0), (tp("pay", 2), 5)]);
+        let a = round_trip(&alter_share_request("g", &offsets), 0);
+        assert_eq!(a.group_id.0.as_str(), "g");
+        assert_eq!(a.topics.len(), 2);
+        assert_eq!(
+            a.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.start_offset))
+                .collect::<Vec<_>>(),
+            [(0, 10), (1, 0)]
+        );
+
+        let keep: BTreeSet<_> = [tp("orders", 0), tp("orders", 1), tp("orders", 2)].into();
+        let p = |i, start, error| {
+            DescribeShareGroupOffsetsResponsePartition::default()
+                .with_partition_index(i)
+                .with_start_offset(start)
+                .with_error_code(error)
+        };
+        let response = DescribeShareGroupOffsetsResponse::default().with_groups(vec![
+            DescribeShareGroupOffsetsResponseGroup::default()
+                .with_group_id(GroupId(s("a")))
+                .with_topics(vec![
+                    DescribeShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(TopicName(s("orders")))
+                        .with_partitions(vec![p(0, 4, 0), p(1, -1, 0), p(2, 9, 29)]),
+                    DescribeShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(TopicName(s("unmirrored")))
+                        .with_partitions(vec![p(0, 3, 0)]),
+                ]),
+            DescribeShareGroupOffsetsResponseGroup::default()
+                .with_group_id(GroupId(s("gone")))
+                .with_error_code(codes::GROUP_ID_NOT_FOUND),
+            DescribeShareGroupOffsetsResponseGroup::default()
+                .with_group_id(GroupId(s("moving")))
+                .with_error_code(NOT_COORDINATOR),
+        ]);
+        let asked = ["a".to_owned(), "gone".into(), "moving".into(), "missing".into()];
+        let got: BTreeMap<_, _> = share_offsets_from(&asked, &response, &keep).into_iter().collect();
+        assert_eq!(
+            got["a"],
+            Ok(ShareOffsets::from([(tp("orders", 0), 4)])),
+            "initialized, without error, mirrored"
+        );
+        assert_eq!(got["gone"], Ok(ShareOffsets::new()));
+        assert!(got["moving"].is_err() && got["missing"].is_err());
+
+        // Alter answers.
+        let ok = AlterShareGroupOffsetsResponse::default().with_responses(vec![
+            AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(TopicName(s("orders")))
+                .with_partitions(vec![
+                    AlterShareGroupOffsetsResponsePartition::default().with_partition_index(0),
+                    AlterShareGroupOffsetsResponsePartition::default()
+                        .with_partition_index(1)
+                        .with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                ]),
+        ]);
+        assert_eq!(
+            alter_results(&ok),
+            Ok((
+                1,
+                BTreeMap::from([(tp("orders", 1), codes::UNKNOWN_TOPIC_OR_PARTITION)])
+            ))
+        );
+        let other_type = AlterShareGroupOffsetsResponse::default().with_error_code(codes::GROUP_ID_NOT_FOUND);
+        assert_eq!(
+            alter_results(&other_type),
+            Err(GroupOutcome::TypeConflict {
+                source: SHARE_GROUP.into(),
+                destination: CONSUMER_GROUP.into()
+            })
+        );
+        assert!(matches!(
+            alter_results(&AlterShareGroupOffsetsResponse::default().with_error_code(15)),
+            Err(GroupOutcome::Failed { .. })
+        ));
+        // What a destination listing says of each id.
+        assert!(is_share_listing("share", "share") && is_share_listing("Share", ""));
+        assert!(is_share_listing("", "share"), "below v5: the protocol type");
+        assert!(!is_share_listing("classic", "consumer") && !is_share_listing("", "consumer"));
+        assert!(!is_share_listing("consumer", "share"));
     }
 }

@@ -51,6 +51,10 @@ pub enum ServedApi {
     DescribeConfigs = ApiKey::DescribeConfigs as i16,
     CreatePartitions = ApiKey::CreatePartitions as i16,
     DescribeCluster = ApiKey::DescribeCluster as i16,
+    ShareGroupDescribe = ApiKey::ShareGroupDescribe as i16,
+    DescribeShareGroupOffsets = ApiKey::DescribeShareGroupOffsets as i16,
+    AlterShareGroupOffsets = ApiKey::AlterShareGroupOffsets as i16,
+    DeleteShareGroupOffsets = ApiKey::DeleteShareGroupOffsets as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
 }
 
@@ -120,6 +124,11 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::ListGroups, 0, 5),
     (ServedApi::DescribeGroups, 0, 6),
     (ServedApi::DeleteGroups, 0, 2),
+    // Share groups' start offsets and description only (no share consumers).
+    (ServedApi::ShareGroupDescribe, 1, 1),
+    (ServedApi::DescribeShareGroupOffsets, 0, 0),
+    (ServedApi::AlterShareGroupOffsets, 0, 0),
+    (ServedApi::DeleteShareGroupOffsets, 0, 0),
     (
         ServedApi::DescribeClusterMirrors,
         describe_cluster_mirrors::VERSION,
@@ -277,6 +286,18 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
             Request::Group(GroupRequest::DescribeGroups(decode(body, version).map_err(malformed)?))
         }
         ApiKey::DeleteGroups => Request::Group(GroupRequest::DeleteGroups(decode(body, version).map_err(malformed)?)),
+        ApiKey::ShareGroupDescribe => Request::Group(GroupRequest::ShareGroupDescribe(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::DescribeShareGroupOffsets => Request::Group(GroupRequest::DescribeShareGroupOffsets(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::AlterShareGroupOffsets => Request::Group(GroupRequest::AlterShareGroupOffsets(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::DeleteShareGroupOffsets => Request::Group(GroupRequest::DeleteShareGroupOffsets(
+            decode(body, version).map_err(malformed)?,
+        )),
         api => return Err(RequestError::UnsupportedApi { api, correlation_id }),
     };
     Ok((header, request))
@@ -435,6 +456,12 @@ mod tests {
             ServedApi::ListGroups => frame(api, version, &km::ListGroupsRequest::default()),
             ServedApi::DescribeGroups => frame(api, version, &km::DescribeGroupsRequest::default()),
             ServedApi::DeleteGroups => frame(api, version, &km::DeleteGroupsRequest::default()),
+            ServedApi::ShareGroupDescribe => frame(api, version, &km::ShareGroupDescribeRequest::default()),
+            ServedApi::DescribeShareGroupOffsets => {
+                frame(api, version, &km::DescribeShareGroupOffsetsRequest::default())
+            }
+            ServedApi::AlterShareGroupOffsets => frame(api, version, &km::AlterShareGroupOffsetsRequest::default()),
+            ServedApi::DeleteShareGroupOffsets => frame(api, version, &km::DeleteShareGroupOffsetsRequest::default()),
             ServedApi::DescribeClusterMirrors => mirrors_frame(&DescribeClusterMirrorsRequest::default()),
         }
     }

@@ -5,15 +5,24 @@
 //! the job returned, bounded by the coordinator's deadline plus a margin,
 //! so a connection never waits forever and no coordinator borrow is held
 //! across the wait. Also the per-shard timer task that applies session and
-//! rebalance deadlines ([`run_timers`]).
+//! rebalance deadlines ([`run_timers`]), and the share-group admin APIs
+//! (start offsets only; see the module documentation of [`super`]).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::alter_share_group_offsets_response::{
+    AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
+};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::describe_share_group_offsets_response::{
+    DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -23,19 +32,23 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::share_group_describe_response::DescribedGroup as ShareDescribedGroup;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsRequest,
+    DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
     FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    ShareGroupDescribeRequest, ShareGroupDescribeResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::codes::*;
 use super::{
-    CommittedOffset, GroupConfig, GroupCoordinator, GroupState, JoinRequest, JoinResult, Reply, SyncRequest,
-    SyncResult, group_shard,
+    CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
+    Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
 use crate::serve::catalog::Catalog;
 use crate::serve::listener::ClientConnection;
@@ -46,8 +59,12 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 /// "Authorized operations not requested" in DescribeGroups.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
-/// The only group type here (ListGroups v5 types filter).
-const GROUP_TYPE_CLASSIC: &str = "classic";
+/// Kafka's answer for a share partition without a start offset
+/// (`PartitionFactory.UNINITIALIZED_START_OFFSET`, `DEFAULT_LEADER_EPOCH`).
+const UNINITIALIZED_START_OFFSET: i64 = -1;
+const DEFAULT_LEADER_EPOCH: i32 = 0;
+/// The assignor Kafka's share groups report (`SimpleAssignor`).
+const SHARE_ASSIGNOR: &str = "simple";
 /// Longest sleep of the timer task when no deadline is near (it is woken
 /// earlier when a deadline moves up).
 const TIMER_IDLE: Duration = Duration::from_secs(10);
@@ -65,6 +82,10 @@ pub enum GroupRequest {
     ListGroups(ListGroupsRequest),
     DescribeGroups(DescribeGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
+    ShareGroupDescribe(ShareGroupDescribeRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
 }
 
 /// Opens this shard's coordinator and starts its timer task; without one
@@ -207,6 +228,26 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             }
             let body = DeleteGroupsResponse::default().with_results(results);
             conn.respond(ApiKey::DeleteGroups, version, id, &body).await
+        }
+        GroupRequest::ShareGroupDescribe(r) => {
+            let body = share_group_describe(&conn.access, r).await;
+            conn.respond(ApiKey::ShareGroupDescribe, version, id, &body).await
+        }
+        GroupRequest::DescribeShareGroupOffsets(r) => {
+            let catalog = conn.catalog.get();
+            let body = describe_share_group_offsets(&conn.access, &catalog, r).await;
+            conn.respond(ApiKey::DescribeShareGroupOffsets, version, id, &body)
+                .await
+        }
+        GroupRequest::AlterShareGroupOffsets(r) => {
+            let catalog = conn.catalog.get();
+            let body = alter_share_group_offsets(&conn.access, &catalog, r).await;
+            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await
+        }
+        GroupRequest::DeleteShareGroupOffsets(r) => {
+            let catalog = conn.catalog.get();
+            let body = delete_share_group_offsets(&conn.access, &catalog, r).await;
+            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body).await
         }
     }
 }
@@ -447,9 +488,14 @@ type Wanted = Option<Vec<(String, Vec<i32>)>>;
 /// Committed offsets per topic, in order.
 type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
-/// `None` when the group's coordinator is not available.
-async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Option<ByTopic> {
+/// `None` when the group's coordinator is not available; the group's
+/// error (GROUP_ID_NOT_FOUND for a share group, as Kafka's "Group … is not
+/// a consumer group") otherwise.
+async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Option<Result<ByTopic, i16>> {
     on_coordinator(access, &group.clone(), move |c, _| {
+        if c.is_share_group(&group) {
+            return Err(GROUP_ID_NOT_FOUND);
+        }
         let flat: Option<Vec<(String, i32)>> = wanted.as_ref().map(|topics| {
             topics
                 .iter()
@@ -465,7 +511,7 @@ async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Optio
                 _ => out.push((topic, vec![(partition, v)])),
             }
         }
-        out
+        Ok(out)
     })
     .await
 }
@@ -488,9 +534,16 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
                 .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
             let found = committed(access, g.group_id.0.to_string(), wanted(topics)).await;
             let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
-            let Some(found) = found else {
-                groups.push(group.with_error_code(COORDINATOR_NOT_AVAILABLE));
-                continue;
+            let found = match found {
+                Some(Ok(found)) => found,
+                Some(Err(code)) => {
+                    groups.push(group.with_error_code(code));
+                    continue;
+                }
+                None => {
+                    groups.push(group.with_error_code(COORDINATOR_NOT_AVAILABLE));
+                    continue;
+                }
             };
             let topics = found
                 .into_iter()
@@ -520,17 +573,22 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
         .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
     let asked: Vec<(String, Vec<i32>)> = wanted(topics.clone()).unwrap_or_default();
     let found = committed(access, r.group_id.0.to_string(), wanted(topics)).await;
-    // v1 has no top-level error: an unavailable coordinator is said per partition.
-    let (found, partition_error) = match found {
-        Some(found) => (found, NONE),
-        None if version < 2 => (
+    // v1 has no top-level error: a group's error is said per partition.
+    let group_error = match found {
+        Some(Ok(found)) => Ok(found),
+        Some(Err(code)) => Err(code),
+        None => Err(COORDINATOR_NOT_AVAILABLE),
+    };
+    let (found, partition_error) = match group_error {
+        Ok(found) => (found, NONE),
+        Err(code) if version < 2 => (
             asked
                 .into_iter()
                 .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
                 .collect(),
-            COORDINATOR_NOT_AVAILABLE,
+            code,
         ),
-        None => return OffsetFetchResponse::default().with_error_code(COORDINATOR_NOT_AVAILABLE),
+        Err(code) => return OffsetFetchResponse::default().with_error_code(code),
     };
     let topics = found
         .into_iter()
@@ -555,13 +613,12 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
     OffsetFetchResponse::default().with_topics(topics)
 }
 
-/// Every shard's groups, filtered by state (v4+) and type (v5+).
+/// Every shard's groups, filtered by state (v4+) and type (v5+). As
+/// Kafka's `GroupMetadataManager.listGroups`: no types filter (every
+/// version below 5) lists groups of every type, share groups with their
+/// protocol type "share"; a filter lists the named types (matched without
+/// case; "consumer" and unknown types name none of ours).
 async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) -> ListGroupsResponse {
-    let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
-    let types: Vec<String> = r.types_filter.iter().map(|x| x.to_lowercase()).collect();
-    if !types.is_empty() && !types.iter().any(|t| t == GROUP_TYPE_CLASSIC) {
-        return ListGroupsResponse::default();
-    }
     let mut error = NONE;
     let mut groups = BTreeMap::new();
     for shard in 0..access.links.shards() {
@@ -576,8 +633,21 @@ async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) 
             None => error = COORDINATOR_NOT_AVAILABLE,
         }
     }
+    list_groups_response(version, r, groups.into_values()).with_error_code(error)
+}
+
+/// The ListGroups answer of `version` to `r` from every group listed.
+pub(super) fn list_groups_response(
+    version: i16,
+    r: &ListGroupsRequest,
+    groups: impl IntoIterator<Item = GroupListing>,
+) -> ListGroupsResponse {
+    let states: Vec<String> = r.states_filter.iter().map(|x| x.trim().to_lowercase()).collect();
+    let types: Vec<String> = r.types_filter.iter().map(|x| x.trim().to_lowercase()).collect();
+    let wanted = |t: GroupType| types.is_empty() || types.iter().any(|x| x == t.name());
     let groups = groups
-        .into_values()
+        .into_iter()
+        .filter(|g| wanted(g.group_type))
         .filter(|g| states.is_empty() || states.iter().any(|st| *st == g.state.name().to_lowercase()))
         .map(|g| {
             let mut listed = ListedGroup::default()
@@ -587,12 +657,12 @@ async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) 
                 listed = listed.with_group_state(s(g.state.name()));
             }
             if version >= 5 {
-                listed = listed.with_group_type(s(GROUP_TYPE_CLASSIC));
+                listed = listed.with_group_type(s(g.group_type.name()));
             }
             listed
         })
         .collect();
-    ListGroupsResponse::default().with_error_code(error).with_groups(groups)
+    ListGroupsResponse::default().with_groups(groups)
 }
 
 async fn describe_groups(access: &ShardAccess, version: i16, r: DescribeGroupsRequest) -> DescribeGroupsResponse {
@@ -632,4 +702,236 @@ async fn describe_groups(access: &ShardAccess, version: i16, r: DescribeGroupsRe
         });
     }
     DescribeGroupsResponse::default().with_groups(described)
+}
+
+// ---- share groups (start offsets only) ----
+
+/// A topic's id at this agent, or Kafka's zero UUID for one it does not have.
+fn topic_id(catalog: &Catalog, topic: &str) -> Uuid {
+    catalog.topic(topic).map_or(Uuid::nil(), |t| Uuid::from_bytes(t.id))
+}
+
+/// ShareGroupDescribe (v1): an Empty share group with its epoch, no
+/// members; Kafka's GROUP_ID_NOT_FOUND (and message) for any other id.
+async fn share_group_describe(access: &ShardAccess, r: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse {
+    let mut groups = Vec::with_capacity(r.group_ids.len());
+    for group in r.group_ids {
+        let name = group.0.to_string();
+        let found = on_coordinator(access, &name.clone(), move |c, _| c.describe_share_group(&name)).await;
+        let out = ShareDescribedGroup::default()
+            .with_group_id(group)
+            .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+        groups.push(match found {
+            None => out.with_error_code(COORDINATOR_NOT_AVAILABLE),
+            Some(Err((code, message))) => out.with_error_code(code).with_error_message(Some(s(&message))),
+            Some(Ok(d)) => out
+                .with_group_state(s(d.state.name()))
+                .with_group_epoch(d.group_epoch)
+                .with_assignment_epoch(0)
+                .with_assignor_name(s(SHARE_ASSIGNOR)),
+        });
+    }
+    ShareGroupDescribeResponse::default().with_groups(groups)
+}
+
+/// One partition of a DescribeShareGroupOffsets answer: its start offset,
+/// or Kafka's "uninitialized" (-1, epoch 0) without an error.
+fn share_partition(partition: i32, v: Option<ShareStartOffset>) -> DescribeShareGroupOffsetsResponsePartition {
+    let (start, epoch) = v.map_or((UNINITIALIZED_START_OFFSET, DEFAULT_LEADER_EPOCH), |v| {
+        (v.start_offset, v.leader_epoch)
+    });
+    DescribeShareGroupOffsetsResponsePartition::default()
+        .with_partition_index(partition)
+        .with_start_offset(start)
+        .with_leader_epoch(epoch)
+}
+
+/// DescribeShareGroupOffsets (v0), as Kafka's `GroupCoordinatorService`:
+/// a group that is not a share group is no error, its partitions have no
+/// start offset; null topics ask for every start offset the group holds
+/// (of topics this agent still has); no topics, for nothing.
+async fn describe_share_group_offsets(
+    access: &ShardAccess,
+    catalog: &Catalog,
+    r: DescribeShareGroupOffsetsRequest,
+) -> DescribeShareGroupOffsetsResponse {
+    let mut groups = Vec::with_capacity(r.groups.len());
+    for g in r.groups {
+        let name = g.group_id.0.to_string();
+        let out = DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id);
+        let asked: Option<Vec<(String, Vec<i32>)>> = g.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.topic_name.0.to_string(), t.partitions))
+                .collect()
+        });
+        if asked.as_ref().is_some_and(Vec::is_empty) {
+            groups.push(out);
+            continue;
+        }
+        let flat: Option<Vec<(String, i32)>> = asked.as_ref().map(|ts| {
+            ts.iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |&p| (t.clone(), p)))
+                .collect()
+        });
+        let found = on_coordinator(access, &name.clone(), move |c, _| {
+            c.share_offsets(&name, flat.as_deref())
+        })
+        .await;
+        let Some(found) = found else {
+            groups.push(out.with_error_code(COORDINATOR_NOT_AVAILABLE));
+            continue;
+        };
+        // By topic: in the request's order, or the group's (by name).
+        let mut by_topic: Vec<(String, Vec<DescribeShareGroupOffsetsResponsePartition>)> = Vec::new();
+        for ((topic, partition), v) in found {
+            if asked.is_none() && catalog.topic(&topic).is_none() {
+                // Kafka reports only topics its metadata still has.
+                continue;
+            }
+            let p = share_partition(partition, v);
+            match by_topic.last_mut() {
+                Some((t, ps)) if *t == topic => ps.push(p),
+                _ => by_topic.push((topic, vec![p])),
+            }
+        }
+        let topics = by_topic
+            .into_iter()
+            .map(|(topic, partitions)| {
+                DescribeShareGroupOffsetsResponseTopic::default()
+                    .with_topic_id(topic_id(catalog, &topic))
+                    .with_topic_name(TopicName(s(&topic)))
+                    .with_partitions(partitions)
+            })
+            .collect();
+        groups.push(out.with_topics(topics));
+    }
+    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+/// AlterShareGroupOffsets (v0): partitions this agent does not serve get
+/// UNKNOWN_TOPIC_OR_PARTITION (as Kafka, for a topic it does not have or
+/// a partition past its count); the rest are set by the coordinator,
+/// which creates the share group, or refuses the whole request (an id of
+/// a consumer group: GROUP_ID_NOT_FOUND) with a top-level error.
+async fn alter_share_group_offsets(
+    access: &ShardAccess,
+    catalog: &Catalog,
+    r: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    let group = r.group_id.0.to_string();
+    if group.is_empty() {
+        return share_alter_error(INVALID_GROUP_ID);
+    }
+    let mut offsets = Vec::new();
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let topic = t.topic_name.0.to_string();
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let code = if catalog.owner(&topic, p.partition_index).is_some() {
+                    offsets.push(((topic.clone(), p.partition_index), p.start_offset));
+                    NONE
+                } else {
+                    UNKNOWN_TOPIC_OR_PARTITION
+                };
+                let out = AlterShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code);
+                if code == NONE {
+                    out
+                } else {
+                    out.with_error_message(Some(s(UNKNOWN_TOPIC_OR_PARTITION_MESSAGE)))
+                }
+            })
+            .collect();
+        topics.push(
+            AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name.clone())
+                .with_topic_id(topic_id(catalog, &topic))
+                .with_partitions(partitions),
+        );
+    }
+    let now = now_ms();
+    let id = group.clone();
+    let result = on_coordinator(access, &group, move |c, _| c.alter_share_offsets(&id, offsets, now))
+        .await
+        .unwrap_or(Err(COORDINATOR_NOT_AVAILABLE));
+    match result {
+        Ok(()) => AlterShareGroupOffsetsResponse::default().with_responses(topics),
+        // Only a group of another type is not found by an alter.
+        Err(GROUP_ID_NOT_FOUND) => AlterShareGroupOffsetsResponse::default()
+            .with_error_code(GROUP_ID_NOT_FOUND)
+            .with_error_message(Some(s(&format!("Group {group} is not a share group.")))),
+        Err(code) => share_alter_error(code),
+    }
+}
+
+/// Kafka's messages for the errors the share-group APIs answer with.
+const UNKNOWN_TOPIC_OR_PARTITION_MESSAGE: &str = "This server does not host this topic-partition.";
+const NO_OFFSETS_TO_DELETE_MESSAGE: &str = "There is no offset information to delete.";
+
+fn error_message(code: i16) -> &'static str {
+    match code {
+        INVALID_GROUP_ID => "The group id is invalid.",
+        GROUP_ID_NOT_FOUND => "The group id does not exist.",
+        COORDINATOR_NOT_AVAILABLE => "The coordinator is not available.",
+        UNKNOWN_TOPIC_OR_PARTITION => UNKNOWN_TOPIC_OR_PARTITION_MESSAGE,
+        _ => "",
+    }
+}
+
+fn share_alter_error(code: i16) -> AlterShareGroupOffsetsResponse {
+    AlterShareGroupOffsetsResponse::default()
+        .with_error_code(code)
+        .with_error_message(Some(s(error_message(code))))
+}
+
+/// DeleteShareGroupOffsets (v0): the start offsets of the named topics go
+/// (the group stays, Empty); per topic UNKNOWN_TOPIC_OR_PARTITION for a
+/// topic this agent does not have or the group holds nothing of, as
+/// Kafka; GROUP_ID_NOT_FOUND at the top for an id that is not a share
+/// group.
+async fn delete_share_group_offsets(
+    access: &ShardAccess,
+    catalog: &Catalog,
+    r: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    let group = r.group_id.0.to_string();
+    let error = |code: i16| {
+        DeleteShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(s(error_message(code))))
+    };
+    if group.is_empty() {
+        return error(INVALID_GROUP_ID);
+    }
+    let asked: Vec<String> = r.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
+    let known: Vec<String> = asked.iter().filter(|t| catalog.topic(t).is_some()).cloned().collect();
+    let result = on_coordinator(access, &group.clone(), move |c, _| {
+        c.delete_share_offsets(&group, &known)
+    })
+    .await
+    .unwrap_or(Err(COORDINATOR_NOT_AVAILABLE));
+    let deleted = match result {
+        Ok(deleted) => deleted,
+        Err(code) => return error(code),
+    };
+    let topics = asked
+        .iter()
+        .map(|topic| {
+            let out = DeleteShareGroupOffsetsResponseTopic::default().with_topic_name(TopicName(s(topic)));
+            if catalog.topic(topic).is_none() {
+                out.with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+                    .with_error_message(Some(s(UNKNOWN_TOPIC_OR_PARTITION_MESSAGE)))
+            } else if deleted.contains(topic) {
+                out.with_topic_id(topic_id(catalog, topic))
+            } else {
+                out.with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+                    .with_error_message(Some(s(NO_OFFSETS_TO_DELETE_MESSAGE)))
+            }
+        })
+        .collect();
+    DeleteShareGroupOffsetsResponse::default().with_responses(topics)
 }

@@ -25,8 +25,22 @@
 //! they do when a Kafka coordinator moves); committed offsets persist
 //! ([`store`]). Static membership (`group.instance.id`) is not implemented:
 //! such members are treated as dynamic ones.
+//!
+//! **Share groups** (KIP-932) are held for their start offsets only, as
+//! Kafka's admin API sees them (AlterShareGroupOffsets,
+//! DescribeShareGroupOffsets, DeleteShareGroupOffsets, ShareGroupDescribe,
+//! ListGroups type "share", DeleteGroups), persisted in a log of their own
+//! ([`share_store`]), so a mirror keeps them for failover and an agent
+//! mirroring from this one can read them. There are no share consumers
+//! here (ShareGroupHeartbeat, ShareFetch and ShareAcknowledge are not
+//! served), so a share group is always Empty. A group id names one group
+//! of one type: as in Kafka, an alter of a consumer group's id is refused
+//! (GROUP_ID_NOT_FOUND), and so are a JoinGroup (INCONSISTENT_GROUP_PROTOCOL),
+//! an OffsetCommit and an OffsetFetch (GROUP_ID_NOT_FOUND) of a share
+//! group's id; DescribeGroups describes a share group as not found.
 
 pub mod api;
+pub mod share_store;
 pub mod store;
 
 use std::collections::HashMap;
@@ -36,6 +50,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use event_listener::Event;
 
+pub use share_store::{ShareOffsetStore, ShareStartOffset};
 pub use store::{CommittedOffset, GroupOffsets, OffsetStore};
 
 /// Kafka's error codes, by name.
@@ -166,12 +181,43 @@ impl SyncResult {
     }
 }
 
+/// The group types here (Kafka's `Group.GroupType`, as ListGroups v5
+/// names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupType {
+    /// The classic consumer-group protocol (JoinGroup, SyncGroup, …).
+    Classic,
+    /// A KIP-932 share group (start offsets only here).
+    Share,
+}
+
+impl GroupType {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Share => "share",
+        }
+    }
+}
+
+/// The protocol type Kafka lists share groups with.
+pub const SHARE_PROTOCOL_TYPE: &str = "share";
+
 /// A group as ListGroups shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupListing {
     pub group_id: String,
+    pub group_type: GroupType,
     pub protocol_type: String,
     pub state: GroupState,
+}
+
+/// A share group as ShareGroupDescribe shows it (always Empty here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupDescription {
+    pub state: GroupState,
+    /// Bumped by every AlterShareGroupOffsets.
+    pub group_epoch: i32,
 }
 
 /// A group as DescribeGroups shows it.
@@ -445,6 +491,8 @@ pub struct GroupCoordinator {
     config: GroupConfig,
     groups: HashMap<String, Group>,
     store: OffsetStore,
+    /// Share groups and their start offsets; never a name in `groups`.
+    shares: ShareOffsetStore,
     member_seq: u64,
     /// Notified when a deadline may have moved earlier, so the timer task
     /// ([`api::run_timers`]) recomputes its sleep.
@@ -456,16 +504,23 @@ fn ms(v: i32) -> Duration {
 }
 
 impl GroupCoordinator {
-    /// Opens shard `shard`'s offsets under `data_dir`; every group with
-    /// committed offsets exists, Empty.
+    /// Opens shard `shard`'s offsets and share groups under `data_dir`;
+    /// every group with committed offsets exists, Empty.
     pub fn open(data_dir: &Path, shard: usize, config: GroupConfig) -> store::StoreResult<Self> {
         let store = OffsetStore::open(data_dir, shard, config.compact_min_bytes)?;
-        let groups = store.groups().map(|g| (g.clone(), Group::new())).collect();
+        let shares = ShareOffsetStore::open(data_dir, shard, config.compact_min_bytes)?;
+        let groups: HashMap<String, Group> = store.groups().map(|g| (g.clone(), Group::new())).collect();
+        for (group, _) in shares.groups().filter(|(g, _)| groups.contains_key(*g)) {
+            // Never written so (each type's writes check the other); the
+            // share group is served, the consumer group's offsets are kept.
+            tracing::warn!(shard, group, "a group id with both committed and share-group offsets");
+        }
         Ok(Self {
             shard,
             config,
             groups,
             store,
+            shares,
             member_seq: 0,
             deadlines_changed: Event::new(),
         })
@@ -511,6 +566,10 @@ impl GroupCoordinator {
         let fail = |code: i16| Reply::Now(JoinResult::error(code, &req.member_id));
         if req.group_id.is_empty() {
             return fail(INVALID_GROUP_ID);
+        }
+        if self.shares.contains(&req.group_id) {
+            // Kafka: "Group exists but it's not a consumer group".
+            return Reply::Now(JoinResult::error(INCONSISTENT_GROUP_PROTOCOL, ""));
         }
         if !(self.config.min_session_timeout_ms..=self.config.max_session_timeout_ms).contains(&req.session_timeout_ms)
         {
@@ -766,6 +825,10 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return all(INVALID_GROUP_ID);
         }
+        if self.shares.contains(group_id) {
+            // Kafka: "Group … is not a consumer group."
+            return all(GROUP_ID_NOT_FOUND);
+        }
         let created = match self.groups.get_mut(group_id) {
             // Simple (standalone) consumers commit without a generation.
             None if generation < 0 => {
@@ -833,18 +896,114 @@ impl GroupCoordinator {
         }
     }
 
+    /// Every group, of both types, by id.
     pub fn list(&self) -> Vec<GroupListing> {
-        let mut out: Vec<GroupListing> = self
-            .groups
-            .iter()
-            .map(|(id, g)| GroupListing {
-                group_id: id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state,
-            })
-            .collect();
+        let classic = self.groups.iter().map(|(id, g)| GroupListing {
+            group_id: id.clone(),
+            group_type: GroupType::Classic,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            state: g.state,
+        });
+        let share = self.shares.groups().map(|(id, _)| GroupListing {
+            group_id: id.clone(),
+            group_type: GroupType::Share,
+            protocol_type: SHARE_PROTOCOL_TYPE.to_owned(),
+            state: GroupState::Empty,
+        });
+        let mut out: Vec<GroupListing> = classic.chain(share).collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
+    }
+
+    /// Whether `group_id` is a share group.
+    pub fn is_share_group(&self, group_id: &str) -> bool {
+        self.shares.contains(group_id)
+    }
+
+    /// AlterShareGroupOffsets of the partitions this agent serves (the
+    /// caller answers the others): sets their start offsets, creating the
+    /// share group if need be, flushed before this returns. As Kafka's
+    /// `GroupMetadataManager.alterShareGroupOffsets`: an id of a group of
+    /// another type is refused with GROUP_ID_NOT_FOUND (a share group here
+    /// is always Empty, so NON_EMPTY_GROUP does not arise). Nothing to set
+    /// creates nothing.
+    pub fn alter_share_offsets(
+        &mut self,
+        group_id: &str,
+        offsets: Vec<((String, i32), i64)>,
+        now_ms: i64,
+    ) -> Result<(), i16> {
+        if group_id.is_empty() {
+            return Err(INVALID_GROUP_ID);
+        }
+        if self.groups.contains_key(group_id) {
+            return Err(GROUP_ID_NOT_FOUND);
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        self.shares.alter(group_id, offsets, now_ms).map_err(|e| {
+            tracing::error!(shard = self.shard, group = group_id, error = %e, "cannot store share-group start offsets");
+            COORDINATOR_NOT_AVAILABLE
+        })
+    }
+
+    /// Start offsets of `group_id`: of the given partitions (`None` for a
+    /// partition without one), or all of them. A group that is not a
+    /// share group has none (Kafka answers such a group without an
+    /// error, every start offset uninitialized).
+    pub fn share_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<((String, i32), Option<ShareStartOffset>)> {
+        let offsets = self.shares.group(group_id).map(|g| &g.offsets);
+        match partitions {
+            Some(wanted) => wanted
+                .iter()
+                .map(|tp| (tp.clone(), offsets.and_then(|o| o.get(tp)).copied()))
+                .collect(),
+            None => offsets
+                .into_iter()
+                .flatten()
+                .map(|(tp, v)| (tp.clone(), Some(*v)))
+                .collect(),
+        }
+    }
+
+    /// DeleteShareGroupOffsets of `topics`: the topics whose start offsets
+    /// were deleted (the rest had none); the group stays. A group that is
+    /// not a share group: GROUP_ID_NOT_FOUND.
+    pub fn delete_share_offsets(&mut self, group_id: &str, topics: &[String]) -> Result<Vec<String>, i16> {
+        if group_id.is_empty() {
+            return Err(INVALID_GROUP_ID);
+        }
+        if !self.shares.contains(group_id) {
+            return Err(GROUP_ID_NOT_FOUND);
+        }
+        self.shares.delete_topics(group_id, topics).map_err(|e| {
+            tracing::error!(shard = self.shard, group = group_id, error = %e, "cannot delete share-group start offsets");
+            COORDINATOR_NOT_AVAILABLE
+        })
+    }
+
+    /// ShareGroupDescribe: the share group, or Kafka's error and message.
+    pub fn describe_share_group(&self, group_id: &str) -> Result<ShareGroupDescription, (i16, String)> {
+        if group_id.is_empty() {
+            return Err((INVALID_GROUP_ID, "The group id must not be empty.".to_owned()));
+        }
+        if let Some(g) = self.shares.group(group_id) {
+            return Ok(ShareGroupDescription {
+                state: GroupState::Empty,
+                group_epoch: g.epoch,
+            });
+        }
+        let message = if self.groups.contains_key(group_id) {
+            format!("Group {group_id} is not a share group.")
+        } else {
+            format!("Group {group_id} not found.")
+        };
+        Err((GROUP_ID_NOT_FOUND, message))
     }
 
     /// A group's description; `None` when it does not exist.
@@ -870,10 +1029,21 @@ impl GroupCoordinator {
         })
     }
 
-    /// DeleteGroups: only an Empty group, with its offsets (tombstones).
+    /// DeleteGroups: only an Empty group, with its offsets (tombstones);
+    /// a share group (always Empty) with its start offsets.
     pub fn delete(&mut self, group_id: &str) -> i16 {
         if group_id.is_empty() {
             return INVALID_GROUP_ID;
+        }
+        if self.shares.contains(group_id) {
+            // Always Empty here: deleted with its start offsets.
+            return match self.shares.delete_group(group_id) {
+                Ok(()) => NONE,
+                Err(e) => {
+                    tracing::error!(shard = self.shard, group = group_id, error = %e, "cannot delete a share group");
+                    COORDINATOR_NOT_AVAILABLE
+                }
+            };
         }
         let Some(group) = self.groups.get(group_id) else {
             return GROUP_ID_NOT_FOUND;

@@ -7,7 +7,8 @@
 //! served as a topic); it owns flushing, recovery and compaction. Records:
 //! key version 1 (group, topic, partition), value version 3 (offset, leader
 //! epoch, metadata, commit timestamp); a null value is a tombstone (a
-//! deleted group's offsets).
+//! deleted group's offsets). Share groups' start offsets are kept apart,
+//! in a log of their own ([`super::share_store`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;

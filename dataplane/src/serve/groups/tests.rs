@@ -328,3 +328,265 @@ fn group_placement_is_stable() {
     let spread: std::collections::HashSet<usize> = (0..64).map(|i| group_shard(&format!("group-{i}"), 4)).collect();
     assert_eq!(spread.len(), 4);
 }
+
+// ---- share groups ----
+
+fn tp(t: &str, p: i32) -> (String, i32) {
+    (t.to_owned(), p)
+}
+
+/// (partition, start offset) of what `share_offsets` found.
+fn starts(found: Vec<((String, i32), Option<ShareStartOffset>)>) -> Vec<((String, i32), Option<i64>)> {
+    found.into_iter().map(|(k, v)| (k, v.map(|v| v.start_offset))).collect()
+}
+
+#[test]
+fn alter_creates_a_share_group_and_describe_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    // Unknown: no error, nothing set (Kafka answers it with -1s).
+    assert_eq!(starts(c.share_offsets("s", Some(&[tp("t", 0)]))), [(tp("t", 0), None)]);
+    assert!(c.share_offsets("s", None).is_empty());
+    assert_eq!(
+        c.describe_share_group("s"),
+        Err((GROUP_ID_NOT_FOUND, "Group s not found.".into()))
+    );
+    // Nothing to set creates nothing.
+    assert_eq!(c.alter_share_offsets("s", Vec::new(), 1), Ok(()));
+    assert!(c.list().is_empty());
+    assert_eq!(
+        c.alter_share_offsets("", vec![(tp("t", 0), 1)], 1),
+        Err(INVALID_GROUP_ID)
+    );
+
+    assert_eq!(
+        c.alter_share_offsets("s", vec![(tp("t", 0), 5), (tp("t", 1), 9)], 1),
+        Ok(())
+    );
+    assert_eq!(c.alter_share_offsets("s", vec![(tp("t", 0), 7)], 2), Ok(()));
+    assert_eq!(
+        starts(c.share_offsets("s", Some(&[tp("t", 1), tp("t", 0), tp("t", 2)]))),
+        [(tp("t", 1), Some(9)), (tp("t", 0), Some(7)), (tp("t", 2), None)],
+        "in the order asked"
+    );
+    let all = c.share_offsets("s", None);
+    assert_eq!(starts(all.clone()), [(tp("t", 0), Some(7)), (tp("t", 1), Some(9))]);
+    assert_eq!(all[0].1.unwrap().leader_epoch, -1, "set by an alter: no leader epoch");
+    assert_eq!(
+        c.describe_share_group("s"),
+        Ok(ShareGroupDescription {
+            state: GroupState::Empty,
+            group_epoch: 2
+        }),
+        "each alter bumps the epoch"
+    );
+    assert!(c.is_share_group("s") && !c.is_share_group("t"));
+    assert!(c.describe("s").is_none(), "DescribeGroups: not a classic group");
+}
+
+#[test]
+fn a_group_id_is_one_group_of_one_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    assert_eq!(c.commit("consumer", -1, "", vec![(tp("t", 0), offset(3))], t0), [NONE]);
+    assert_eq!(c.alter_share_offsets("share", vec![(tp("t", 0), 4)], 1), Ok(()));
+
+    // A share group's id is no consumer group's.
+    assert_eq!(
+        c.commit("share", -1, "", vec![(tp("t", 0), offset(1))], t0),
+        [GROUP_ID_NOT_FOUND]
+    );
+    let mut join = join_request("", &["range"]);
+    join.group_id = "share".into();
+    let refused = now_reply(c.join(join, t0));
+    assert_eq!(
+        (refused.error, refused.member_id.as_str()),
+        (INCONSISTENT_GROUP_PROTOCOL, "")
+    );
+    assert_eq!(c.heartbeat("share", "m", 1, t0), UNKNOWN_MEMBER_ID);
+    assert_eq!(c.leave("share", &["m".into()], t0), [UNKNOWN_MEMBER_ID]);
+    // A consumer group's id (offsets only, or members only) is no share group's.
+    assert_eq!(
+        c.alter_share_offsets("consumer", vec![(tp("t", 0), 1)], 1),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+    let a = stable_single(&mut c, t0);
+    assert_eq!(
+        c.alter_share_offsets("g", vec![(tp("t", 0), 1)], 1),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+    assert_eq!(
+        c.delete_share_offsets("consumer", &["t".into()]),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+    assert_eq!(
+        c.describe_share_group("consumer"),
+        Err((GROUP_ID_NOT_FOUND, "Group consumer is not a share group.".into()))
+    );
+    assert!(
+        c.share_offsets("consumer", None).is_empty(),
+        "a consumer group has no start offsets"
+    );
+    // Each stays as it was.
+    assert_eq!(c.committed("consumer", None), [(tp("t", 0), Some(offset(3)))]);
+    assert_eq!(starts(c.share_offsets("share", None)), [(tp("t", 0), Some(4))]);
+    assert!(c.describe("g").is_some() && !c.is_share_group("g"));
+    assert_eq!(c.leave("g", &[a], t0), [NONE]);
+}
+
+#[test]
+fn share_offsets_are_deleted_by_topic_and_the_group_by_delete_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let set = vec![(tp("t", 0), 1), (tp("t", 1), 2), (tp("u", 0), 3)];
+    assert_eq!(c.alter_share_offsets("s", set, 1), Ok(()));
+    assert_eq!(c.delete_share_offsets("nobody", &["t".into()]), Err(GROUP_ID_NOT_FOUND));
+    assert_eq!(c.delete_share_offsets("", &["t".into()]), Err(INVALID_GROUP_ID));
+    assert_eq!(
+        c.delete_share_offsets("s", &["t".into(), "v".into()]),
+        Ok(vec!["t".to_owned()]),
+        "only topics it held offsets of"
+    );
+    assert_eq!(starts(c.share_offsets("s", None)), [(tp("u", 0), Some(3))]);
+    assert_eq!(c.delete_share_offsets("s", &["u".into()]), Ok(vec!["u".to_owned()]));
+    // No start offsets left: still there, Empty (as in Kafka).
+    assert!(c.share_offsets("s", None).is_empty());
+    let listed: Vec<_> = c
+        .list()
+        .into_iter()
+        .map(|g| (g.group_id, g.group_type, g.state))
+        .collect();
+    assert_eq!(listed, [("s".into(), GroupType::Share, GroupState::Empty)]);
+    assert_eq!(c.delete("s"), NONE);
+    assert!(c.list().is_empty());
+    assert_eq!(c.delete("s"), GROUP_ID_NOT_FOUND);
+    // The id is free for a consumer group now.
+    assert_eq!(
+        c.commit("s", -1, "", vec![(tp("t", 0), offset(1))], Instant::now()),
+        [NONE]
+    );
+}
+
+#[test]
+fn share_groups_persist_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    {
+        let mut c = coordinator(dir.path());
+        assert_eq!(
+            c.alter_share_offsets("s", vec![(tp("t", 0), 10), (tp("t", 1), 11)], 1),
+            Ok(())
+        );
+        assert_eq!(c.alter_share_offsets("s", vec![(tp("t", 1), 12)], 2), Ok(()));
+        assert_eq!(c.alter_share_offsets("gone", vec![(tp("t", 0), 1)], 1), Ok(()));
+        assert_eq!(c.delete("gone"), NONE);
+        assert_eq!(c.alter_share_offsets("emptied", vec![(tp("t", 0), 1)], 1), Ok(()));
+        assert_eq!(
+            c.delete_share_offsets("emptied", &["t".into()]),
+            Ok(vec!["t".to_owned()])
+        );
+        assert_eq!(c.commit("c", -1, "", vec![(tp("t", 0), offset(5))], t0), [NONE]);
+    }
+    let mut c = coordinator(dir.path());
+    assert_eq!(
+        starts(c.share_offsets("s", None)),
+        [(tp("t", 0), Some(10)), (tp("t", 1), Some(12))]
+    );
+    assert_eq!(c.describe_share_group("s").map(|d| d.group_epoch), Ok(2));
+    assert!(!c.is_share_group("gone"));
+    assert!(c.is_share_group("emptied") && c.share_offsets("emptied", None).is_empty());
+    let listed: Vec<_> = c.list().into_iter().map(|g| (g.group_id, g.group_type)).collect();
+    assert_eq!(
+        listed,
+        [
+            ("c".into(), GroupType::Classic),
+            ("emptied".into(), GroupType::Share),
+            ("s".into(), GroupType::Share)
+        ]
+    );
+    // Uniqueness holds after the reopen too.
+    assert_eq!(
+        c.alter_share_offsets("c", vec![(tp("t", 0), 1)], 3),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+    assert_eq!(
+        c.commit("s", -1, "", vec![(tp("t", 0), offset(1))], t0),
+        [GROUP_ID_NOT_FOUND]
+    );
+    // The logs, side by side: the consumer offsets one stays Kafka's format.
+    let internal = dir.path().join(store::INTERNAL_DIR);
+    assert!(internal.join("group-offsets-0").is_dir() && internal.join("share-group-offsets-0").is_dir());
+}
+
+#[test]
+fn list_groups_filters_by_type_as_kafka() {
+    use kafka_protocol::messages::ListGroupsRequest;
+    use kafka_protocol::protocol::StrBytes;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let t0 = Instant::now();
+    assert_eq!(c.commit("c", -1, "", vec![(tp("t", 0), offset(5))], t0), [NONE]);
+    let _a = stable_single(&mut c, t0);
+    assert_eq!(c.alter_share_offsets("s", vec![(tp("t", 0), 1)], 1), Ok(()));
+    let list = |version: i16, types: &[&str], states: &[&str]| -> Vec<(String, String, String, String)> {
+        let r = ListGroupsRequest::default()
+            .with_types_filter(types.iter().map(|t| StrBytes::from_string(t.to_string())).collect())
+            .with_states_filter(states.iter().map(|t| StrBytes::from_string(t.to_string())).collect());
+        api::list_groups_response(version, &r, c.list())
+            .groups
+            .into_iter()
+            .map(|g| {
+                (
+                    g.group_id.0.to_string(),
+                    g.protocol_type.to_string(),
+                    g.group_state.to_string(),
+                    g.group_type.to_string(),
+                )
+            })
+            .collect()
+    };
+    let row = |id: &str, protocol: &str, state: &str, group_type: &str| {
+        (
+            id.to_owned(),
+            protocol.to_owned(),
+            state.to_owned(),
+            group_type.to_owned(),
+        )
+    };
+    // No types filter: every type, share groups with protocol type "share".
+    assert_eq!(
+        list(5, &[], &[]),
+        [
+            row("c", "", "Empty", "classic"),
+            row("g", "consumer", "Stable", "classic"),
+            row("s", "share", "Empty", "share")
+        ]
+    );
+    assert_eq!(
+        list(4, &[], &[]).into_iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [
+            ("c".into(), "".into()),
+            ("g".into(), "consumer".into()),
+            ("s".into(), "share".into())
+        ],
+        "before v5 (no types filter) Kafka lists every type too"
+    );
+    assert_eq!(list(5, &["Share"], &[]), [row("s", "share", "Empty", "share")]);
+    assert_eq!(
+        list(5, &["classic"], &[]).into_iter().map(|r| r.0).collect::<Vec<_>>(),
+        ["c", "g"],
+        "a filter without share never lists share groups"
+    );
+    assert!(list(5, &["consumer"], &[]).is_empty(), "no KIP-848 groups here");
+    assert!(list(5, &["streams", "nonsense"], &[]).is_empty());
+    assert_eq!(
+        list(5, &["share", "classic"], &["empty"])
+            .into_iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+        ["c", "s"]
+    );
+    assert!(list(5, &["share"], &["Stable"]).is_empty());
+}
