@@ -29,13 +29,12 @@ use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, CreateTopicsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, TopicName,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetFetchRequest,
+    OffsetFetchResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -662,35 +661,6 @@ fn committed_offsets(bootstrap: &str, group: &str, topic: &str, partitions: i32)
         .collect()
 }
 
-/// OffsetCommit v8 at the agent (a standalone commit, as metadata sync
-/// would write it): each partition's (offset, leader epoch).
-fn commit_at(addr: &str, group: &str, topic: &str, offsets: &BTreeMap<i32, (i64, i32)>) {
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s(topic)))
-                .with_partitions(
-                    offsets
-                        .iter()
-                        .map(|(&p, &(offset, epoch))| {
-                            OffsetCommitRequestPartition::default()
-                                .with_partition_index(p)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(epoch)
-                        })
-                        .collect(),
-                ),
-        ]);
-    let r: OffsetCommitResponse = connect(addr)
-        .request(ApiKey::OffsetCommit as i16, 8, &request)
-        .expect("OffsetCommit");
-    for p in &r.topics[0].partitions {
-        assert_eq!(p.error_code, 0, "OffsetCommit {topic}-{} at {addr}", p.partition_index);
-    }
-}
-
 /// One batch as stored: (base offset, next offset, leader epoch, control, bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct BatchInfo {
@@ -1041,7 +1011,8 @@ fn cli_creates_pauses_resumes_and_fails_over_a_mirror() {
 
     // ---- group "g" resumes at the destination ----
     // Metadata sync of group offsets comes later: commit what the source has.
-    commit_at(&agent.listener, GROUP, TOPIC, &committed);
+    let offsets: Vec<(i32, i64, i32)> = committed.iter().map(|(&p, &(o, e))| (p, o, e)).collect();
+    common::admin_commit(&agent.listener, GROUP, TOPIC, &offsets, "");
     let mut expected: BTreeSet<(i32, i64, String)> = BTreeSet::new();
     for p in 0..PARTITIONS {
         let (from, _) = committed[&p];

@@ -31,9 +31,6 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::{AgentConfig, MirrorConfig};
@@ -260,19 +257,6 @@ fn wait_caught_up(agent: &Agent, mirror: &str, source: &str, tps: &[TopicPartiti
             Err(behind.join("; "))
         }
     });
-}
-
-/// Creates a local topic at an agent (CreateTopics through librdkafka's
-/// admin client).
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE));
-    let results = futures_lite::future::block_on(admin.create_topics([&new], &options)).expect("create topics");
-    assert!(matches!(&results[0], Ok(name) if name == topic), "{results:?}");
 }
 
 /// Produces records `seed..seed + count` (numbered values, see
@@ -633,7 +617,7 @@ fn failback_converges_the_old_source_on_the_failed_over_copy() {
     // A: a local topic, several batches per partition; B mirrors it.
     let a = Agent::start(agent_config(dir_a.path(), &[])).expect("start A");
     let a_addr = listener(&a);
-    create_topic(&a_addr, ORDERS, 2);
+    common::create_topic(&a_addr, ORDERS, 2, DEADLINE);
     produce(&a_addr, ORDERS, 2, FIRST.1, "lz4", FIRST.0);
     step(started, "A has orders");
     let b = Agent::start(failback_b_config(dir_b.path(), &a_addr)).expect("start B");
@@ -793,7 +777,7 @@ fn a_stopped_agent_releases_its_listener() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(agent_config(dir.path(), &[])).expect("start");
     let addr = listener(&agent);
-    create_topic(&addr, "t", 1);
+    common::create_topic(&addr, "t", 1, DEADLINE);
     agent.stop().expect("stop");
     let refused = std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2));
     assert!(refused.is_err(), "{addr} still accepts connections after stop");
@@ -816,7 +800,7 @@ fn two_agents_mirror_the_same_topic_byte_for_byte() {
 
     let a = Agent::start(agent_config(dirs[0].path(), &[])).expect("start A");
     let a_addr = listener(&a);
-    create_topic(&a_addr, "events", 3);
+    common::create_topic(&a_addr, "events", 3, DEADLINE);
     produce(&a_addr, "events", 3, 600, "lz4", 0);
     let b = Agent::start(agent_config(dirs[1].path(), &[("fan-out-b", &a_addr, &["events"])])).expect("start B");
     let c = Agent::start(agent_config(dirs[2].path(), &[("fan-out-c", &a_addr, &["events"])])).expect("start C");
@@ -860,7 +844,7 @@ fn fan_in(s2_x_partitions: i32) {
 
     let s1 = Agent::start(agent_config(dir_s1.path(), &[])).expect("start S1");
     let s1_addr = listener(&s1);
-    create_topic(&s1_addr, "x", 2);
+    common::create_topic(&s1_addr, "x", 2, DEADLINE);
     produce(&s1_addr, "x", 2, 400, "lz4", 0);
     let s2 = MockCluster::new(1).expect("mock cluster");
     s2.create_topic("y", 2, 1).expect("create y");

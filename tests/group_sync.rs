@@ -24,11 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -36,8 +34,7 @@ use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_control::group_sync::{GroupFilter, GroupOutcome, GroupSyncReport, sync_group_offsets};
-use ringmirror_dataplane::client::{Connection, ConnectionOptions};
+use ringmirror_control::group_sync::{GroupFilter, GroupOutcome};
 use ringmirror_dataplane::log::TopicPartition;
 
 use common::KafkaConnection;
@@ -63,28 +60,6 @@ fn s(v: &str) -> StrBytes {
 
 fn mirrored() -> BTreeSet<(String, i32)> {
     (0..PARTITIONS).map(|p| (TOPIC.to_owned(), p)).collect()
-}
-
-/// One sync round from `source` (its first address) into the agent at
-/// `destination`, as the control plane runs it; every socket operation is
-/// bounded by IO_TIMEOUT.
-fn sync(source: &str, destination: &str, filter: &GroupFilter) -> GroupSyncReport {
-    let source = source.split(',').next().expect("an address").to_owned();
-    let destination = destination.to_owned();
-    let filter = filter.clone();
-    common::on_glommio(move || async move {
-        let options = ConnectionOptions {
-            client_id: "group-sync-test".into(),
-            connect_timeout: IO_TIMEOUT,
-            io_timeout: IO_TIMEOUT,
-            ..ConnectionOptions::default()
-        };
-        let mut source = Connection::connect(&source, options.clone()).await.expect("source");
-        let mut destination = Connection::connect(&destination, options).await.expect("destination");
-        sync_group_offsets(&mut source, &mut destination, &mirrored(), &filter)
-            .await
-            .expect("sync")
-    })
 }
 
 /// Committed offsets of `group` for every partition of TOPIC and
@@ -154,20 +129,6 @@ fn wait_for_state(addr: &str, group: &str, state: &str) {
             "{group} at {addr} stays {now}, not {state}"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn synced(report: &GroupSyncReport, group: &str) -> (usize, usize) {
-    match report.outcome(group) {
-        Some(GroupOutcome::Synced {
-            committed,
-            unchanged,
-            refused,
-        }) => {
-            assert!(refused.is_empty(), "{group}: refused {refused:?}");
-            (*committed, *unchanged)
-        }
-        other => panic!("{group}: {other:?} in {report:?}"),
     }
 }
 
@@ -323,11 +284,11 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
 
     // The mock lists no groups: they are named.
     let filter = GroupFilter::new([IDLE, ACTIVE], None, None).expect("filter");
-    let report = sync(&source, &dest, &filter);
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
     assert!(!report.listed, "{report:?}");
     assert_eq!(report.groups.len(), 2, "{report:?}");
-    assert_eq!(synced(&report, IDLE), (3, 0));
-    assert_eq!(synced(&report, ACTIVE), (3, 0));
+    assert_eq!(common::synced(&report, IDLE), (3, 0));
+    assert_eq!(common::synced(&report, ACTIVE), (3, 0));
     let idle_at_dest = committed(&dest, IDLE);
     assert_eq!(
         idle_at_dest,
@@ -359,12 +320,12 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
     }
     let active_at_source = mirrored_only(&committed(&source, ACTIVE));
     assert_eq!(active_at_source.values().map(|v| v.0).collect::<Vec<_>>(), [1, 2, 3]);
-    let report = sync(&source, &dest, &filter);
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
     assert_eq!(
         report.outcome(ACTIVE),
         Some(&GroupOutcome::Active { state: "Stable".into() })
     );
-    assert_eq!(synced(&report, IDLE), (0, 3), "nothing new for the idle group");
+    assert_eq!(common::synced(&report, IDLE), (0, 3), "nothing new for the idle group");
     assert_eq!(
         committed(&dest, ACTIVE),
         active_before,
@@ -374,42 +335,12 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
     // The consumer leaves: the group is Empty, and the next round syncs it.
     live.close();
     wait_for_state(&dest, ACTIVE, "Empty");
-    let report = sync(&source, &dest, &filter);
-    assert_eq!(synced(&report, ACTIVE), (3, 0));
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
+    assert_eq!(common::synced(&report, ACTIVE), (3, 0));
     assert_eq!(committed(&dest, ACTIVE), active_at_source);
     assert_eq!(committed(&dest, IDLE), idle_at_dest);
 
     agent.stop().expect("stop");
-}
-
-/// Commits `offsets` (partition, offset, leader epoch) of `topic` for
-/// `group` at `addr` as an admin commit, with `metadata`.
-fn admin_commit(addr: &str, group: &str, topic: &str, offsets: &[(i32, i64, i32)], metadata: &str) {
-    let mut conn = KafkaConnection::connect(addr, IO_TIMEOUT).expect("connect");
-    let partitions = offsets
-        .iter()
-        .map(|&(p, o, e)| {
-            OffsetCommitRequestPartition::default()
-                .with_partition_index(p)
-                .with_committed_offset(o)
-                .with_committed_leader_epoch(e)
-                .with_committed_metadata(Some(s(metadata)))
-        })
-        .collect();
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s(topic)))
-                .with_partitions(partitions),
-        ]);
-    let response: OffsetCommitResponse = conn
-        .request(ApiKey::OffsetCommit as i16, 8, &request)
-        .expect("OffsetCommit");
-    for p in &response.topics[0].partitions {
-        assert_eq!(p.error_code, 0, "commit {group} {topic}-{}", p.partition_index);
-    }
 }
 
 #[test]
@@ -445,9 +376,9 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
     live.subscribe(&[TOPIC, UNMIRRORED]).expect("subscribe");
     consume(&live, &[(TOPIC, 0), (TOPIC, 1), (TOPIC, 2), (UNMIRRORED, 0)], 5);
     live.commit_consumer_state(CommitMode::Sync).expect("commit");
-    admin_commit(&source, "g-admin", TOPIC, &[(0, 7, 0), (1, 8, 0), (2, 9, 0)], "tool");
-    admin_commit(&source, "g-admin", UNMIRRORED, &[(0, 3, 0)], "tool");
-    admin_commit(&source, "tmp-scratch", TOPIC, &[(0, 1, 0)], "");
+    common::admin_commit(&source, "g-admin", TOPIC, &[(0, 7, 0), (1, 8, 0), (2, 9, 0)], "tool");
+    common::admin_commit(&source, "g-admin", UNMIRRORED, &[(0, 3, 0)], "tool");
+    common::admin_commit(&source, "tmp-scratch", TOPIC, &[(0, 1, 0)], "");
 
     // B's coordinator commits A's offsets of the mirrored topic.
     let started = Instant::now();
@@ -482,7 +413,7 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
     // The same filter, run directly: every listed group but the excluded
     // one, already in place.
     let filter = GroupFilter::new(Vec::<String>::new(), Some(".*"), Some("tmp-.*")).expect("filter");
-    let report = sync(&source, &dest, &filter);
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
     assert!(report.listed && report.listing_errors.is_empty(), "{report:?}");
     assert!(report.type_conflicts.is_empty());
     assert_eq!(
@@ -490,8 +421,8 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
         ["g-admin", "g-live"],
         "every listed group but the excluded one"
     );
-    assert_eq!(synced(&report, "g-live"), (0, 3));
-    assert_eq!(synced(&report, "g-admin"), (0, 3));
+    assert_eq!(common::synced(&report, "g-live"), (0, 3));
+    assert_eq!(common::synced(&report, "g-admin"), (0, 3));
     assert!(committed(&dest, "tmp-scratch").is_empty());
     assert_eq!(group_state(&dest, "tmp-scratch"), "Dead");
 

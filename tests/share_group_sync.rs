@@ -33,27 +33,21 @@ use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGro
 use kafka_protocol::messages::describe_share_group_offsets_request::{
     DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
 };
-use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
     DeleteGroupsRequest, DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
     DescribeGroupsRequest, DescribeGroupsResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
-    GroupId, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName,
+    GroupId, ListGroupsRequest, ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
-use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorDescription};
-use ringmirror_control::group_sync::{
-    CONSUMER_GROUP, GroupFilter, GroupOutcome, GroupSyncReport, SHARE_GROUP, sync_group_offsets,
-};
+use ringmirror_control::group_sync::{CONSUMER_GROUP, GroupFilter, GroupOutcome, SHARE_GROUP};
 use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 
@@ -89,34 +83,11 @@ fn conn(addr: &str) -> KafkaConnection {
 
 /// An agent serving on a free loopback port, mirroring nothing (yet).
 fn local_agent(data_dir: &Path) -> Agent {
-    let config = AgentConfig::parse(&format!(
-        r#"
-        data_dir = {data_dir:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        [log]
-        segment_bytes = 65536
-        "#
-    ))
-    .expect("agent config");
-    Agent::start(config).expect("agent")
+    Agent::start(common::serving_config(data_dir, "")).expect("agent")
 }
 
 fn listener(agent: &Agent) -> String {
     agent.listener_addr().expect("listening").to_string()
-}
-
-/// A local topic at an agent (CreateTopics through librdkafka's admin client).
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE));
-    let results = futures_lite::future::block_on(admin.create_topics([&new], &options)).expect("create topics");
-    assert!(matches!(&results[0], Ok(name) if name == topic), "{results:?}");
 }
 
 /// Mirror "dr" of `topics` from `bootstrap`, refreshing (and syncing
@@ -220,34 +191,6 @@ fn describe_share(addr: &str, group: &str, topics: Option<&[(&str, i32)]>) -> De
         .expect("DescribeShareGroupOffsets")
 }
 
-/// An admin commit (generation -1) of `(partition, offset)` of `topic`.
-fn admin_commit(addr: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
-    let partitions = offsets
-        .iter()
-        .map(|&(p, o)| {
-            OffsetCommitRequestPartition::default()
-                .with_partition_index(p)
-                .with_committed_offset(o)
-                .with_committed_leader_epoch(-1)
-                .with_committed_metadata(Some(s("")))
-        })
-        .collect();
-    let request = OffsetCommitRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![
-            OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s(topic)))
-                .with_partitions(partitions),
-        ]);
-    let response: OffsetCommitResponse = conn(addr)
-        .request(ApiKey::OffsetCommit as i16, 8, &request)
-        .expect("OffsetCommit");
-    for p in &response.topics[0].partitions {
-        assert_eq!(p.error_code, 0, "commit {group} {topic}-{}", p.partition_index);
-    }
-}
-
 /// OffsetFetch v8 of `group` for `topics`: (group error, committed offsets).
 fn committed(addr: &str, group: &str, topics: &[(&str, i32)]) -> (i16, Commits) {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
@@ -316,39 +259,6 @@ fn every_partition() -> Vec<(&'static str, i32)> {
 
 fn mirrored() -> BTreeSet<(String, i32)> {
     (0..PARTITIONS).map(|p| tp(TOPIC, p)).collect()
-}
-
-/// One sync round from `source` into `destination`, as the control plane
-/// runs it.
-fn sync(source: &str, destination: &str, filter: &GroupFilter) -> GroupSyncReport {
-    let (source, destination, filter) = (source.to_owned(), destination.to_owned(), filter.clone());
-    common::on_glommio(move || async move {
-        let options = ConnectionOptions {
-            client_id: "share-group-sync-test".into(),
-            connect_timeout: IO_TIMEOUT,
-            io_timeout: IO_TIMEOUT,
-            ..ConnectionOptions::default()
-        };
-        let mut source = Connection::connect(&source, options.clone()).await.expect("source");
-        let mut destination = Connection::connect(&destination, options).await.expect("destination");
-        sync_group_offsets(&mut source, &mut destination, &mirrored(), &filter)
-            .await
-            .expect("sync")
-    })
-}
-
-fn synced(report: &GroupSyncReport, group: &str) -> (usize, usize) {
-    match report.outcome(group) {
-        Some(GroupOutcome::Synced {
-            committed,
-            unchanged,
-            refused,
-        }) => {
-            assert!(refused.is_empty(), "{group}: refused {refused:?}");
-            (*committed, *unchanged)
-        }
-        other => panic!("{group}: {other:?} in {report:?}"),
-    }
 }
 
 fn describe_mirror(agent: &Agent) -> MirrorDescription {
@@ -519,8 +429,8 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
     // A: local topics, produced into.
     let a = local_agent(dir_a.path());
     let a_addr = listener(&a);
-    create_topic(&a_addr, TOPIC, PARTITIONS);
-    create_topic(&a_addr, UNMIRRORED, 1);
+    common::create_topic(&a_addr, TOPIC, PARTITIONS, DEADLINE);
+    common::create_topic(&a_addr, UNMIRRORED, 1, DEADLINE);
     mock_source::produce(&a_addr, TOPIC, PARTITIONS, 60, "none", 0).expect("produce");
     mock_source::produce(&a_addr, UNMIRRORED, 1, 5, "none", 0).expect("produce");
     let ends: BTreeMap<i32, i64> = (0..PARTITIONS)
@@ -540,10 +450,10 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
         "s1",
         &[(TOPIC, 0, 5), (TOPIC, 1, 7), (TOPIC, 2, 0), (UNMIRRORED, 0, 3)],
     );
-    admin_commit(&a_addr, "c1", TOPIC, &[(0, 4), (1, 5), (2, 6)]);
-    admin_commit(&a_addr, "c1", UNMIRRORED, &[(0, 2)]);
+    common::admin_commit(&a_addr, "c1", TOPIC, &[(0, 4, -1), (1, 5, -1), (2, 6, -1)], "");
+    common::admin_commit(&a_addr, "c1", UNMIRRORED, &[(0, 2, -1)], "");
     alter_share_ok(&a_addr, "dup", &[(TOPIC, 0, 11)]);
-    admin_commit(&a_addr, "rev", TOPIC, &[(0, 12)]);
+    common::admin_commit(&a_addr, "rev", TOPIC, &[(0, 12, -1)], "");
     assert_eq!(
         listed(&a_addr, &[]),
         [
@@ -566,8 +476,8 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
     // "rev" on a topic of its own.
     let b = local_agent(dir_b.path());
     let b_addr = listener(&b);
-    create_topic(&b_addr, SCRATCH, 1);
-    admin_commit(&b_addr, "dup", SCRATCH, &[(0, 1)]);
+    common::create_topic(&b_addr, SCRATCH, 1, DEADLINE);
+    common::admin_commit(&b_addr, "dup", SCRATCH, &[(0, 1, -1)], "");
     alter_share_ok(&b_addr, "rev", &[(SCRATCH, 0, 2)]);
     let b_dup = committed(&b_addr, "dup", &[(SCRATCH, 0), (TOPIC, 0)]);
     assert_eq!(b_dup, (0, Commits::from([(tp(SCRATCH, 0), 1)])));
@@ -653,13 +563,13 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
 
     // The same round, run directly: in place, and the conflicts reported.
     let filter = GroupFilter::default();
-    let report = sync(&a_addr, &b_addr, &filter);
+    let report = common::sync_groups(&a_addr, &b_addr, mirrored(), &filter);
     assert!(
         report.listed && report.listing_errors.is_empty() && report.type_conflicts.is_empty(),
         "{report:?}"
     );
-    assert_eq!(synced(&report, "s1"), (0, 3));
-    assert_eq!(synced(&report, "c1"), (0, 3));
+    assert_eq!(common::synced(&report, "s1"), (0, 3));
+    assert_eq!(common::synced(&report, "c1"), (0, 3));
     assert_eq!(
         report.outcome("dup"),
         Some(&GroupOutcome::TypeConflict {
@@ -677,8 +587,8 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
 
     // s1 moves on at A: only the changed partition is written.
     alter_share_ok(&a_addr, "s1", &[(TOPIC, 0, 20)]);
-    let report = sync(&a_addr, &b_addr, &filter);
-    assert_eq!(synced(&report, "s1"), (1, 2));
+    let report = common::sync_groups(&a_addr, &b_addr, mirrored(), &filter);
+    assert_eq!(common::synced(&report, "s1"), (1, 2));
     assert_eq!(
         share_starts(&b_addr, "s1", Some(&[(TOPIC, 0)])),
         Starts::from([(tp(TOPIC, 0), 20)])
@@ -750,15 +660,15 @@ fn a_source_without_share_groups_syncs_consumer_groups_only() {
     // "s-keep" is named too: unlisted, it is taken for a consumer group,
     // has nothing at the source, and B's share group stays as it is.
     let filter = GroupFilter::new(["c-mock", "s-keep"], None, None).expect("filter");
-    let report = sync(&mock, &b_addr, &filter);
+    let report = common::sync_groups(&mock, &b_addr, mirrored(), &filter);
     assert!(!report.listed && report.listing_errors.is_empty() && report.type_conflicts.is_empty());
     assert_eq!(
         report.groups.keys().collect::<Vec<_>>(),
         ["c-mock", "s-keep"],
         "{report:?}"
     );
-    assert_eq!(synced(&report, "c-mock"), (3, 0));
-    assert_eq!(synced(&report, "s-keep"), (0, 0));
+    assert_eq!(common::synced(&report, "c-mock"), (3, 0));
+    assert_eq!(common::synced(&report, "s-keep"), (0, 0));
     assert_eq!(
         committed(&b_addr, "c-mock", &every_partition()).1,
         Commits::from([(tp(TOPIC, 0), 1), (tp(TOPIC, 1), 2), (tp(TOPIC, 2), 3)])

@@ -97,7 +97,7 @@ use kafka_protocol::messages::{
     FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 use regex::Regex;
 use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
@@ -223,6 +223,17 @@ pub enum GroupOutcome {
     Failed { error: String },
 }
 
+impl GroupOutcome {
+    /// Synced with nothing to write: `unchanged` partitions already there.
+    fn nothing_written(unchanged: usize) -> Self {
+        GroupOutcome::Synced {
+            committed: 0,
+            unchanged,
+            refused: BTreeMap::new(),
+        }
+    }
+}
+
 /// One round's result, per group.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupSyncReport {
@@ -275,7 +286,11 @@ impl Committed {
     }
 }
 
-type Offsets = BTreeMap<(String, i32), Committed>;
+/// Offsets by (topic, partition).
+type ByPartition<O> = BTreeMap<(String, i32), O>;
+type Offsets = ByPartition<Committed>;
+/// Each group asked, and its offsets as read or why they were not.
+type ReadResults<O> = Vec<(String, Result<ByPartition<O>, String>)>;
 /// Partitions by topic, as requests list them.
 type Topics = Vec<(String, Vec<i32>)>;
 
@@ -463,11 +478,13 @@ pub async fn sync_group_offsets(
         None
     };
     if !planned.consumer.is_empty() {
-        let source_offsets = fetch_source_offsets(&mut brokers, &planned.consumer, mirrored, &mut report).await?;
+        let source_offsets =
+            fetch_source_offsets::<ConsumerGroups>(&mut brokers, &planned.consumer, mirrored, &mut report).await?;
         commit_at_destination(destination, source_offsets, held.as_ref(), &mut report).await?;
     }
     if !planned.share.is_empty() {
-        let source_offsets = fetch_source_share_offsets(&mut brokers, &planned.share, mirrored, &mut report).await?;
+        let source_offsets =
+            fetch_source_offsets::<ShareGroups>(&mut brokers, &planned.share, mirrored, &mut report).await?;
         alter_at_destination(destination, source_offsets, held.as_ref(), &mut report).await?;
     }
     let failed = report
@@ -590,28 +607,89 @@ async fn list_at(conn: &mut Connection, with_share: bool) -> Result<Vec<(String,
     Ok(groups)
 }
 
+// ---- what differs between the two kinds of groups ----
+
+/// The offsets of one kind of group and the APIs that read and write them
+/// (consumer groups: committed offsets, OffsetFetch and OffsetCommit;
+/// share groups: start offsets, DescribeShareGroupOffsets and
+/// AlterShareGroupOffsets). The steps around them — each group read at its
+/// coordinator, batching, failures, writing only what changed — are the
+/// same for both and written once, over this trait.
+trait GroupOffsets {
+    /// One partition's offset, as read and written.
+    type Offset;
+    type Read: Request;
+    type Write: Request;
+    /// API names, for errors.
+    const READ_API: &'static str;
+    const WRITE_API: &'static str;
+    /// Our versions of the two APIs.
+    const READ_VERSIONS: (i16, i16);
+    const WRITE_VERSIONS: (i16, i16);
+    /// What the offsets are, for logs.
+    const WHAT: &'static str;
+
+    /// The position `offset` sets (negative: none).
+    fn position(offset: &Self::Offset) -> i64;
+    /// Groups per read request at `version` when each names up to
+    /// `partitions` partitions.
+    fn groups_per_read(version: i16, partitions: usize) -> usize;
+    /// The read of `asks` (groups, each with its partitions): all of each
+    /// group's offsets instead when `all` and the API can.
+    fn read_request(version: i16, asks: &[(String, Topics)], all: bool) -> Self::Read;
+    /// The offsets in a read answer for each group `asked` (in order),
+    /// those in `keep` only.
+    fn read_answers(
+        version: i16,
+        asked: &[String],
+        response: &<Self::Read as Request>::Response,
+        keep: &BTreeSet<(String, i32)>,
+    ) -> ReadResults<Self::Offset>;
+    /// Whether the destination holds `source`'s offset already (`held`).
+    fn unchanged(held: &Self::Offset, source: &Self::Offset) -> bool;
+    fn write_request(version: i16, group: &str, offsets: &ByPartition<Self::Offset>) -> Self::Write;
+    /// What a write did: (written, refused), or the group's outcome when it
+    /// was refused as a whole.
+    fn written(response: &<Self::Write as Request>::Response) -> Result<Written, GroupOutcome>;
+}
+
+/// Consumer groups' committed offsets.
+struct ConsumerGroups;
+/// Share groups' start offsets.
+struct ShareGroups;
+
 // ---- source offsets ----
 
-/// The mirrored partitions by topic.
-fn by_topic<'a>(partitions: impl IntoIterator<Item = &'a (String, i32)>) -> Topics {
-    let mut topics: Topics = Vec::new();
-    for (topic, partition) in partitions {
+/// Sorted (topic, partition) keys and their values by topic, as requests
+/// list them.
+fn by_topic_with<'a, V>(entries: impl IntoIterator<Item = (&'a (String, i32), V)>) -> Vec<(&'a str, Vec<(i32, V)>)> {
+    let mut topics: Vec<(&str, Vec<(i32, V)>)> = Vec::new();
+    for ((topic, partition), value) in entries {
         match topics.last_mut() {
-            Some((t, ps)) if t == topic => ps.push(*partition),
-            _ => topics.push((topic.clone(), vec![*partition])),
+            Some((t, ps)) if *t == topic => ps.push((*partition, value)),
+            _ => topics.push((topic, vec![(*partition, value)])),
         }
     }
     topics
 }
 
-/// The committed offsets of `groups` at the source, for `mirrored`
-/// partitions; groups that fail are reported and left out.
-async fn fetch_source_offsets(
+/// The mirrored partitions by topic.
+fn by_topic<'a>(partitions: impl IntoIterator<Item = &'a (String, i32)>) -> Topics {
+    by_topic_with(partitions.into_iter().map(|tp| (tp, ())))
+        .into_iter()
+        .map(|(topic, ps)| (topic.to_owned(), ps.into_iter().map(|(p, ())| p).collect()))
+        .collect()
+}
+
+/// The offsets of `groups` (of kind `K`) at the source, each read at its
+/// coordinator, for `mirrored` partitions; groups that fail are reported
+/// and left out.
+async fn fetch_source_offsets<K: GroupOffsets>(
     brokers: &mut SourceBrokers<'_>,
     groups: &[String],
     mirrored: &BTreeSet<(String, i32)>,
     report: &mut GroupSyncReport,
-) -> Result<BTreeMap<String, Offsets>, ClientError> {
+) -> Result<BTreeMap<String, ByPartition<K::Offset>>, ClientError> {
     let coordinators = find_coordinators(brokers, groups).await?;
     let mut by_coordinator: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (group, coordinator) in coordinators {
@@ -623,25 +701,32 @@ async fn fetch_source_offsets(
     let topics = by_topic(mirrored);
     let mut out = BTreeMap::new();
     for (addr, groups) in by_coordinator {
-        let fetched = match brokers.get(&addr).await {
-            Ok(conn) => fetch_offsets(conn, &groups, &topics, true, mirrored).await,
+        let asks: Vec<(String, Topics)> = groups.iter().map(|g| (g.clone(), topics.clone())).collect();
+        let read = match brokers.get(&addr).await {
+            // All of each group's offsets where the API can: one answer
+            // whatever the partitions mirrored.
+            Ok(conn) => read_offsets::<K>(conn, &asks, true, mirrored).await,
             Err(e) => Err(e),
         };
-        match fetched {
+        match read {
             Ok(results) => {
                 for (group, offsets) in results {
                     match offsets {
                         Ok(offsets) => {
                             out.insert(group, offsets);
                         }
-                        Err(error) => fail(report, group, format!("OffsetFetch at the source: {error}")),
+                        Err(error) => fail(report, group, format!("{} at the source: {error}", K::READ_API)),
                     }
                 }
             }
             Err(e) => {
                 let error = brokers.failed(&addr, e)?;
                 for group in groups {
-                    fail(report, group, format!("OffsetFetch at the source ({addr}): {error}"));
+                    fail(
+                        report,
+                        group,
+                        format!("{} at the source ({addr}): {error}", K::READ_API),
+                    );
                 }
             }
         }
@@ -682,7 +767,6 @@ async fn find_coordinators(
     }
     Ok(out)
 }
-
 fn find_coordinator_request(version: i16, keys: &[String]) -> FindCoordinatorRequest {
     let request = FindCoordinatorRequest::default();
     let request = if version >= 1 {
@@ -780,40 +864,51 @@ fn offset_fetch_request(version: i16, groups: &[(String, Topics)], all: bool) ->
     request.with_group_id(GroupId(s(group))).with_topics(topics)
 }
 
-/// Keeps one partition's answer: committed (offset ≥ 0), no error, wanted.
-#[allow(clippy::too_many_arguments)]
-fn keep_partition(
-    out: &mut Offsets,
+/// One group's offsets in a read answer, each partition as (topic,
+/// partition, error code, offset): those set (≥ 0), without error and in
+/// `keep`. A coordinator error (loading, moved) fails the group, asked
+/// again next round; another error leaves its partition out.
+fn kept_offsets<'a, K: GroupOffsets>(
     keep: &BTreeSet<(String, i32)>,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    leader_epoch: i32,
-    metadata: &Option<StrBytes>,
-    error_code: i16,
-) -> Result<(), String> {
-    match error_code {
-        codes::NONE => {}
-        COORDINATOR_LOAD_IN_PROGRESS | codes::COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR => {
-            return Err(format!("OffsetFetch error code {error_code}"));
+    partitions: impl IntoIterator<Item = (&'a str, i32, i16, K::Offset)>,
+) -> Result<ByPartition<K::Offset>, String> {
+    let mut out = ByPartition::new();
+    for (topic, partition, error_code, offset) in partitions {
+        match error_code {
+            codes::NONE => {}
+            COORDINATOR_LOAD_IN_PROGRESS | codes::COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR => {
+                return Err(format!("{} error code {error_code}", K::READ_API));
+            }
+            code => {
+                tracing::debug!(topic, partition, code, "no {} read (partition error)", K::WHAT);
+                continue;
+            }
         }
-        code => {
-            tracing::debug!(topic, partition, code, "no committed offset (partition error)");
-            return Ok(());
+        let tp = (topic.to_owned(), partition);
+        if K::position(&offset) >= 0 && keep.contains(&tp) {
+            out.insert(tp, offset);
         }
     }
-    let tp = (topic.to_owned(), partition);
-    if offset >= 0 && keep.contains(&tp) {
-        out.insert(
-            tp,
-            Committed {
-                offset,
-                leader_epoch,
-                metadata: metadata.as_ref().map(|m| m.to_string()),
-            },
-        );
-    }
-    Ok(())
+    Ok(out)
+}
+
+/// Each group `asked` (in order) in the per-group answers of a batched
+/// read (`id` names each answer), its offsets read by `offsets`.
+fn per_group<G, O>(
+    api: &str,
+    asked: &[String],
+    answers: &[G],
+    id: impl Fn(&G) -> &str,
+    offsets: impl Fn(&G) -> Result<ByPartition<O>, String>,
+) -> ReadResults<O> {
+    asked
+        .iter()
+        .map(|group| {
+            let found = answers.iter().find(|g| id(g) == group.as_str());
+            let offsets = found.map_or_else(|| Err(format!("{api} did not answer for the group")), &offsets);
+            (group.clone(), offsets)
+        })
+        .collect()
 }
 
 /// The committed offsets in an OffsetFetch answer of `version` for each
@@ -823,96 +918,76 @@ fn offsets_from(
     asked: &[String],
     response: &OffsetFetchResponse,
     keep: &BTreeSet<(String, i32)>,
-) -> Vec<(String, Result<Offsets, String>)> {
+) -> ReadResults<Committed> {
     let group_error = |code: i16| match code {
-        codes::NONE => None,
         // Not there (any more): nothing committed.
-        codes::GROUP_ID_NOT_FOUND => None,
-        code => Some(format!("OffsetFetch error code {code}")),
+        codes::NONE | codes::GROUP_ID_NOT_FOUND => Ok(()),
+        code => Err(format!("OffsetFetch error code {code}")),
+    };
+    let committed = |offset, leader_epoch, metadata: &Option<StrBytes>| Committed {
+        offset,
+        leader_epoch,
+        metadata: metadata.as_ref().map(|m| m.to_string()),
     };
     if version >= 8 {
-        return asked
-            .iter()
-            .map(|group| {
-                let Some(g) = response.groups.iter().find(|g| g.group_id.0.as_str() == group.as_str()) else {
-                    return (group.clone(), Err("OffsetFetch did not answer for the group".into()));
-                };
-                if let Some(e) = group_error(g.error_code) {
-                    return (group.clone(), Err(e));
-                }
-                let mut out = Offsets::new();
-                let kept = g.topics.iter().try_for_each(|t| {
-                    t.partitions.iter().try_for_each(|p| {
-                        keep_partition(
-                            &mut out,
-                            keep,
-                            &t.name.0,
-                            p.partition_index,
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            &p.metadata,
-                            p.error_code,
-                        )
-                    })
-                });
-                (group.clone(), kept.map(|()| out))
-            })
-            .collect();
+        return per_group(
+            ConsumerGroups::READ_API,
+            asked,
+            &response.groups,
+            |g| g.group_id.0.as_str(),
+            |g| {
+                group_error(g.error_code)?;
+                kept_offsets::<ConsumerGroups>(
+                    keep,
+                    g.topics.iter().flat_map(|t| {
+                        t.partitions.iter().map(|p| {
+                            let c = committed(p.committed_offset, p.committed_leader_epoch, &p.metadata);
+                            (t.name.0.as_str(), p.partition_index, p.error_code, c)
+                        })
+                    }),
+                )
+            },
+        );
     }
     let group = asked[0].clone();
     if version >= 2
-        && let Some(e) = group_error(response.error_code)
+        && let Err(e) = group_error(response.error_code)
     {
         return vec![(group, Err(e))];
     }
-    let mut out = Offsets::new();
-    let kept = response.topics.iter().try_for_each(|t| {
-        t.partitions.iter().try_for_each(|p| {
-            keep_partition(
-                &mut out,
-                keep,
-                &t.name.0,
-                p.partition_index,
-                p.committed_offset,
-                p.committed_leader_epoch,
-                &p.metadata,
-                p.error_code,
-            )
-        })
-    });
-    vec![(group, kept.map(|()| out))]
+    let kept = kept_offsets::<ConsumerGroups>(
+        keep,
+        response.topics.iter().flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let c = committed(p.committed_offset, p.committed_leader_epoch, &p.metadata);
+                (t.name.0.as_str(), p.partition_index, p.error_code, c)
+            })
+        }),
+    );
+    vec![(group, kept)]
 }
 
-/// Committed offsets of `groups` at `conn` (their coordinator): of
-/// `topics` for every group, or all of them when `all` and the broker
-/// speaks OffsetFetch v7+; those in `keep` only.
-async fn fetch_offsets(
-    conn: &mut Connection,
-    groups: &[String],
-    topics: &Topics,
-    all: bool,
-    keep: &BTreeSet<(String, i32)>,
-) -> Result<Vec<(String, Result<Offsets, String>)>, ClientError> {
-    let asks: Vec<(String, Topics)> = groups.iter().map(|g| (g.clone(), topics.clone())).collect();
-    fetch_offsets_of(conn, &asks, all, keep).await
-}
-
-/// [`fetch_offsets`] with each group's own topics.
-async fn fetch_offsets_of(
+/// Offsets of kind `K` of `asks` (groups, each with its partitions) at
+/// `conn`, their coordinator, in batches — all of each group's instead
+/// when `all` and the API can; those in `keep` only.
+async fn read_offsets<K: GroupOffsets>(
     conn: &mut Connection,
     asks: &[(String, Topics)],
     all: bool,
     keep: &BTreeSet<(String, i32)>,
-) -> Result<Vec<(String, Result<Offsets, String>)>, ClientError> {
-    let (min, max) = OFFSET_FETCH_VERSIONS;
-    let version = conn.version_for::<OffsetFetchRequest>(min, max)?;
-    let chunk = if version >= 8 { GROUPS_PER_REQUEST } else { 1 };
+) -> Result<ReadResults<K::Offset>, ClientError> {
+    let (min, max) = K::READ_VERSIONS;
+    let version = conn.version_for::<K::Read>(min, max)?;
+    let widest = asks
+        .iter()
+        .map(|(_, ts)| ts.iter().map(|(_, ps)| ps.len()).sum::<usize>())
+        .max()
+        .unwrap_or(0);
     let mut out = Vec::with_capacity(asks.len());
-    for batch in asks.chunks(chunk) {
-        let request = offset_fetch_request(version, batch, all);
-        let response = conn.request(&request, version).await?;
+    for batch in asks.chunks(K::groups_per_read(version, widest)) {
+        let response = conn.request(&K::read_request(version, batch, all), version).await?;
         let asked: Vec<String> = batch.iter().map(|(g, _)| g.clone()).collect();
-        out.extend(offsets_from(version, &asked, &response, keep));
+        out.extend(K::read_answers(version, &asked, &response, keep));
     }
     Ok(out)
 }
@@ -953,24 +1028,28 @@ async fn destination_states(
 
 /// The admin commit of `offsets` to `group`, at `version`.
 fn offset_commit_request(version: i16, group: &str, offsets: &Offsets) -> OffsetCommitRequest {
-    let mut topics: Vec<OffsetCommitRequestTopic> = Vec::new();
-    for ((topic, partition), c) in offsets {
-        let mut p = OffsetCommitRequestPartition::default()
-            .with_partition_index(*partition)
-            .with_committed_offset(c.offset)
-            .with_committed_metadata(c.metadata.as_deref().map(s));
-        if version >= 6 {
-            p = p.with_committed_leader_epoch(c.leader_epoch);
-        }
-        match topics.last_mut() {
-            Some(t) if t.name.0.as_str() == topic.as_str() => t.partitions.push(p),
-            _ => topics.push(
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(s(topic)))
-                    .with_partitions(vec![p]),
-            ),
-        }
-    }
+    let topics = by_topic_with(offsets)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(partition, c)| {
+                    let p = OffsetCommitRequestPartition::default()
+                        .with_partition_index(partition)
+                        .with_committed_offset(c.offset)
+                        .with_committed_metadata(c.metadata.as_deref().map(s));
+                    if version >= 6 {
+                        p.with_committed_leader_epoch(c.leader_epoch)
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(partitions)
+        })
+        .collect();
     let request = OffsetCommitRequest::default()
         .with_group_id(GroupId(s(group)))
         .with_generation_id_or_member_epoch(ADMIN_GENERATION)
@@ -984,20 +1063,75 @@ fn offset_commit_request(version: i16, group: &str, offsets: &Offsets) -> Offset
     }
 }
 
-/// (committed, refused) from an OffsetCommit answer.
-fn commit_results(response: &OffsetCommitResponse) -> (usize, BTreeMap<(String, i32), i16>) {
-    let mut committed = 0;
+/// Partitions written, and those refused with their error codes.
+type Written = (usize, BTreeMap<(String, i32), i16>);
+
+/// What a write answer's partitions — (topic, partition, error code) —
+/// say was written and refused.
+fn written<'a>(partitions: impl IntoIterator<Item = (&'a str, i32, i16)>) -> Written {
+    let mut written = 0;
     let mut refused = BTreeMap::new();
-    for t in &response.topics {
-        for p in &t.partitions {
-            if p.error_code == codes::NONE {
-                committed += 1;
-            } else {
-                refused.insert((t.name.0.to_string(), p.partition_index), p.error_code);
-            }
+    for (topic, partition, error_code) in partitions {
+        if error_code == codes::NONE {
+            written += 1;
+        } else {
+            refused.insert((topic.to_owned(), partition), error_code);
         }
     }
-    (committed, refused)
+    (written, refused)
+}
+
+/// (committed, refused) from an OffsetCommit answer.
+fn commit_results(response: &OffsetCommitResponse) -> Written {
+    written(response.topics.iter().flat_map(|t| {
+        t.partitions
+            .iter()
+            .map(move |p| (t.name.0.as_str(), p.partition_index, p.error_code))
+    }))
+}
+
+impl GroupOffsets for ConsumerGroups {
+    type Offset = Committed;
+    type Read = OffsetFetchRequest;
+    type Write = OffsetCommitRequest;
+    const READ_API: &'static str = "OffsetFetch";
+    const WRITE_API: &'static str = "OffsetCommit";
+    const READ_VERSIONS: (i16, i16) = OFFSET_FETCH_VERSIONS;
+    const WRITE_VERSIONS: (i16, i16) = OFFSET_COMMIT_VERSIONS;
+    const WHAT: &'static str = "committed offsets";
+
+    fn position(offset: &Committed) -> i64 {
+        offset.offset
+    }
+
+    fn groups_per_read(version: i16, _partitions: usize) -> usize {
+        if version >= 8 { GROUPS_PER_REQUEST } else { 1 }
+    }
+
+    fn read_request(version: i16, asks: &[(String, Topics)], all: bool) -> OffsetFetchRequest {
+        offset_fetch_request(version, asks, all)
+    }
+
+    fn read_answers(
+        version: i16,
+        asked: &[String],
+        response: &OffsetFetchResponse,
+        keep: &BTreeSet<(String, i32)>,
+    ) -> ReadResults<Committed> {
+        offsets_from(version, asked, response, keep)
+    }
+
+    fn unchanged(held: &Committed, source: &Committed) -> bool {
+        held.same_as(source)
+    }
+
+    fn write_request(version: i16, group: &str, offsets: &Offsets) -> OffsetCommitRequest {
+        offset_commit_request(version, group, offsets)
+    }
+
+    fn written(response: &OffsetCommitResponse) -> Result<Written, GroupOutcome> {
+        Ok(commit_results(response))
+    }
 }
 
 /// Commits the source's offsets of each group that is not active at the
@@ -1018,14 +1152,7 @@ async fn commit_at_destination(
         if exists && held.and_then(|h| h.get(&group)).is_some_and(|g| g.share) {
             conflict(report, group, CONSUMER_GROUP, SHARE_GROUP);
         } else if offsets.is_empty() {
-            report.groups.insert(
-                group,
-                GroupOutcome::Synced {
-                    committed: 0,
-                    unchanged: 0,
-                    refused: BTreeMap::new(),
-                },
-            );
+            report.groups.insert(group, GroupOutcome::nothing_written(0));
         } else {
             candidates.insert(group, offsets);
         }
@@ -1051,64 +1178,79 @@ async fn commit_at_destination(
             None => fail(report, group, "not described at the destination".into()),
         }
     }
-    if inactive.is_empty() {
+    write_changed::<ConsumerGroups>(destination, inactive, report).await
+}
+
+/// Writes the source's offsets (`groups`, of kind `K`) at the destination,
+/// after reading what it holds, so a partition that already has the same
+/// offset is not written again; without an answer, everything is written.
+async fn write_changed<K: GroupOffsets>(
+    destination: &mut Connection,
+    groups: BTreeMap<String, ByPartition<K::Offset>>,
+    report: &mut GroupSyncReport,
+) -> Result<(), ClientError> {
+    if groups.is_empty() {
         return Ok(());
     }
-    // What the destination holds already, so unchanged offsets are not
-    // written again; without an answer, everything is committed.
-    let asks: Vec<(String, Topics)> = inactive.iter().map(|(g, o)| (g.clone(), by_topic(o.keys()))).collect();
-    let keep: BTreeSet<(String, i32)> = inactive.values().flat_map(|o| o.keys().cloned()).collect();
-    let current: BTreeMap<String, Offsets> = match fetch_offsets_of(destination, &asks, false, &keep).await {
-        Ok(results) => results
-            .into_iter()
-            .filter_map(|(g, o)| o.ok().map(|o| (g, o)))
-            .collect(),
-        Err(e) if connection_failed(&e) => return Err(e),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot read the destination's offsets; committing all");
-            BTreeMap::new()
-        }
-    };
-    let (min, max) = OFFSET_COMMIT_VERSIONS;
-    let version = destination.version_for::<OffsetCommitRequest>(min, max)?;
-    for (group, offsets) in inactive {
+    let asks: Vec<(String, Topics)> = groups.iter().map(|(g, o)| (g.clone(), by_topic(o.keys()))).collect();
+    let keep: BTreeSet<(String, i32)> = groups.values().flat_map(|o| o.keys().cloned()).collect();
+    let current: BTreeMap<String, ByPartition<K::Offset>> =
+        match read_offsets::<K>(destination, &asks, false, &keep).await {
+            Ok(results) => results
+                .into_iter()
+                .filter_map(|(g, o)| o.ok().map(|o| (g, o)))
+                .collect(),
+            Err(e) if connection_failed(&e) => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the destination's {}; writing all", K::WHAT);
+                BTreeMap::new()
+            }
+        };
+    let (min, max) = K::WRITE_VERSIONS;
+    let version = destination.version_for::<K::Write>(min, max)?;
+    for (group, offsets) in groups {
         let held = current.get(&group);
-        let (changed, unchanged): (Offsets, Offsets) = offsets
+        let (changed, unchanged): (ByPartition<_>, ByPartition<_>) = offsets
             .into_iter()
-            .partition(|(tp, c)| !held.and_then(|h| h.get(tp)).is_some_and(|h| h.same_as(c)));
+            .partition(|(tp, o)| !held.and_then(|h| h.get(tp)).is_some_and(|h| K::unchanged(h, o)));
         let unchanged = unchanged.len();
         if changed.is_empty() {
-            report.groups.insert(
-                group,
-                GroupOutcome::Synced {
-                    committed: 0,
-                    unchanged,
-                    refused: BTreeMap::new(),
-                },
-            );
+            report.groups.insert(group, GroupOutcome::nothing_written(unchanged));
             continue;
         }
-        let request = offset_commit_request(version, &group, &changed);
-        let response = match destination.request(&request, version).await {
+        let response = match destination
+            .request(&K::write_request(version, &group, &changed), version)
+            .await
+        {
             Ok(r) => r,
             Err(e) if connection_failed(&e) => return Err(e),
             Err(e) => {
-                fail(report, group, format!("OffsetCommit at the destination: {e}"));
+                fail(report, group, format!("{} at the destination: {e}", K::WRITE_API));
                 continue;
             }
         };
-        let (committed, refused) = commit_results(&response);
-        if !refused.is_empty() {
-            tracing::warn!(group, refused = ?refused, "the destination refused some committed offsets");
+        match K::written(&response) {
+            Ok((committed, refused)) => {
+                if !refused.is_empty() {
+                    tracing::warn!(group, refused = ?refused, "the destination refused some {}", K::WHAT);
+                }
+                report.groups.insert(
+                    group,
+                    GroupOutcome::Synced {
+                        committed,
+                        unchanged,
+                        refused,
+                    },
+                );
+            }
+            Err(GroupOutcome::TypeConflict { source, destination }) => {
+                conflict(report, group, &source, &destination);
+            }
+            Err(outcome) => {
+                tracing::warn!(group, outcome = ?outcome, "{} not synced", K::WHAT);
+                report.groups.insert(group, outcome);
+            }
         }
-        report.groups.insert(
-            group,
-            GroupOutcome::Synced {
-                committed,
-                unchanged,
-                refused,
-            },
-        );
     }
     Ok(())
 }
@@ -1187,14 +1329,13 @@ async fn destination_groups(destination: &mut Connection) -> Result<Option<HeldG
 // ---- share groups ----
 
 /// Start offsets by (topic, partition).
-type ShareOffsets = BTreeMap<(String, i32), i64>;
+type ShareOffsets = ByPartition<i64>;
 
 /// Groups per DescribeShareGroupOffsets request when each names
 /// `partitions` partitions.
 fn share_groups_per_request(partitions: usize) -> usize {
     (SHARE_PARTITIONS_PER_REQUEST / partitions.max(1)).clamp(1, GROUPS_PER_REQUEST)
 }
-
 /// DescribeShareGroupOffsets v0 of each group's partitions, by name.
 fn describe_share_request(asks: &[(String, Topics)]) -> DescribeShareGroupOffsetsRequest {
     let groups = asks
@@ -1223,145 +1364,49 @@ fn share_offsets_from(
     asked: &[String],
     response: &DescribeShareGroupOffsetsResponse,
     keep: &BTreeSet<(String, i32)>,
-) -> Vec<(String, Result<ShareOffsets, String>)> {
-    asked
-        .iter()
-        .map(|group| {
-            let Some(g) = response.groups.iter().find(|g| g.group_id.0.as_str() == group.as_str()) else {
-                return (
-                    group.clone(),
-                    Err("DescribeShareGroupOffsets did not answer for the group".into()),
-                );
-            };
-            match g.error_code {
-                codes::NONE => {}
-                codes::GROUP_ID_NOT_FOUND => return (group.clone(), Ok(ShareOffsets::new())),
-                code => return (group.clone(), Err(format!("DescribeShareGroupOffsets error code {code}"))),
-            }
-            let mut out = ShareOffsets::new();
-            for t in &g.topics {
-                for p in &t.partitions {
-                    match p.error_code {
-                        codes::NONE => {}
-                        code @ (COORDINATOR_LOAD_IN_PROGRESS | codes::COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR) => {
-                            return (group.clone(), Err(format!("DescribeShareGroupOffsets error code {code}")));
-                        }
-                        code => {
-                            tracing::debug!(topic = %t.topic_name.0, partition = p.partition_index, code, "no start offset (partition error)");
-                            continue;
-                        }
-                    }
-                    let tp = (t.topic_name.0.to_string(), p.partition_index);
-                    if p.start_offset >= 0 && keep.contains(&tp) {
-                        out.insert(tp, p.start_offset);
-                    }
-                }
-            }
-            (group.clone(), Ok(out))
-        })
-        .collect()
-}
-
-/// Start offsets of share groups at `conn` (their coordinator), each of
-/// its own partitions; those in `keep` only.
-async fn describe_share_offsets(
-    conn: &mut Connection,
-    asks: &[(String, Topics)],
-    keep: &BTreeSet<(String, i32)>,
-) -> Result<Vec<(String, Result<ShareOffsets, String>)>, ClientError> {
-    let (min, max) = DESCRIBE_SHARE_GROUP_OFFSETS_VERSIONS;
-    let version = conn.version_for::<DescribeShareGroupOffsetsRequest>(min, max)?;
-    let widest = asks
-        .iter()
-        .map(|(_, ts)| ts.iter().map(|(_, ps)| ps.len()).sum::<usize>())
-        .max()
-        .unwrap_or(0);
-    let mut out = Vec::with_capacity(asks.len());
-    for batch in asks.chunks(share_groups_per_request(widest)) {
-        let response = conn.request(&describe_share_request(batch), version).await?;
-        let asked: Vec<String> = batch.iter().map(|(g, _)| g.clone()).collect();
-        out.extend(share_offsets_from(&asked, &response, keep));
-    }
-    Ok(out)
-}
-
-/// The start offsets of share `groups` at the source, for `mirrored`
-/// partitions; groups that fail are reported and left out.
-async fn fetch_source_share_offsets(
-    brokers: &mut SourceBrokers<'_>,
-    groups: &[String],
-    mirrored: &BTreeSet<(String, i32)>,
-    report: &mut GroupSyncReport,
-) -> Result<BTreeMap<String, ShareOffsets>, ClientError> {
-    let coordinators = find_coordinators(brokers, groups).await?;
-    let mut by_coordinator: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (group, coordinator) in coordinators {
-        match coordinator {
-            Ok(addr) => by_coordinator.entry(addr).or_default().push(group),
-            Err(error) => fail(report, group, format!("no coordinator at the source: {error}")),
-        }
-    }
-    let topics = by_topic(mirrored);
-    let mut out = BTreeMap::new();
-    for (addr, groups) in by_coordinator {
-        let asks: Vec<(String, Topics)> = groups.iter().map(|g| (g.clone(), topics.clone())).collect();
-        let described = match brokers.get(&addr).await {
-            Ok(conn) => describe_share_offsets(conn, &asks, mirrored).await,
-            Err(e) => Err(e),
-        };
-        match described {
-            Ok(results) => {
-                for (group, offsets) in results {
-                    match offsets {
-                        Ok(offsets) => {
-                            out.insert(group, offsets);
-                        }
-                        Err(error) => fail(
-                            report,
-                            group,
-                            format!("DescribeShareGroupOffsets at the source: {error}"),
-                        ),
-                    }
-                }
-            }
-            Err(e) => {
-                let error = brokers.failed(&addr, e)?;
-                for group in groups {
-                    fail(
-                        report,
-                        group,
-                        format!("DescribeShareGroupOffsets at the source ({addr}): {error}"),
-                    );
-                }
-            }
-        }
-    }
-    Ok(out)
+) -> ReadResults<i64> {
+    per_group(
+        ShareGroups::READ_API,
+        asked,
+        &response.groups,
+        |g| g.group_id.0.as_str(),
+        |g| match g.error_code {
+            codes::NONE => kept_offsets::<ShareGroups>(
+                keep,
+                g.topics.iter().flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(move |p| (t.topic_name.0.as_str(), p.partition_index, p.error_code, p.start_offset))
+                }),
+            ),
+            codes::GROUP_ID_NOT_FOUND => Ok(ShareOffsets::new()),
+            code => Err(format!("DescribeShareGroupOffsets error code {code}")),
+        },
+    )
 }
 
 /// AlterShareGroupOffsets v0 of `offsets` for `group`.
 fn alter_share_request(group: &str, offsets: &ShareOffsets) -> AlterShareGroupOffsetsRequest {
-    let mut topics: Vec<AlterShareGroupOffsetsRequestTopic> = Vec::new();
-    for ((topic, partition), start) in offsets {
-        let p = AlterShareGroupOffsetsRequestPartition::default()
-            .with_partition_index(*partition)
-            .with_start_offset(*start);
-        match topics.last_mut() {
-            Some(t) if t.topic_name.0.as_str() == topic.as_str() => t.partitions.push(p),
-            _ => topics.push(
-                AlterShareGroupOffsetsRequestTopic::default()
-                    .with_topic_name(TopicName(s(topic)))
-                    .with_partitions(vec![p]),
-            ),
-        }
-    }
+    let topics = by_topic_with(offsets)
+        .into_iter()
+        .map(|(topic, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(partition, start)| {
+                    AlterShareGroupOffsetsRequestPartition::default()
+                        .with_partition_index(partition)
+                        .with_start_offset(*start)
+                })
+                .collect();
+            AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(s(topic)))
+                .with_partitions(partitions)
+        })
+        .collect();
     AlterShareGroupOffsetsRequest::default()
         .with_group_id(GroupId(s(group)))
         .with_topics(topics)
 }
-
-/// Partitions written, and those refused with their error codes.
-type Written = (usize, BTreeMap<(String, i32), i16>);
 
 /// What an AlterShareGroupOffsets answer did to `group`: (written,
 /// refused), or the group's outcome when it was refused as a whole.
@@ -1386,18 +1431,56 @@ fn alter_results(response: &AlterShareGroupOffsetsResponse) -> Result<Written, G
             });
         }
     }
-    let mut written = 0;
-    let mut refused = BTreeMap::new();
-    for t in &response.responses {
-        for p in &t.partitions {
-            if p.error_code == codes::NONE {
-                written += 1;
-            } else {
-                refused.insert((t.topic_name.0.to_string(), p.partition_index), p.error_code);
-            }
-        }
+    Ok(written(response.responses.iter().flat_map(|t| {
+        t.partitions
+            .iter()
+            .map(move |p| (t.topic_name.0.as_str(), p.partition_index, p.error_code))
+    })))
+}
+
+impl GroupOffsets for ShareGroups {
+    type Offset = i64;
+    type Read = DescribeShareGroupOffsetsRequest;
+    type Write = AlterShareGroupOffsetsRequest;
+    const READ_API: &'static str = "DescribeShareGroupOffsets";
+    const WRITE_API: &'static str = "AlterShareGroupOffsets";
+    const READ_VERSIONS: (i16, i16) = DESCRIBE_SHARE_GROUP_OFFSETS_VERSIONS;
+    const WRITE_VERSIONS: (i16, i16) = ALTER_SHARE_GROUP_OFFSETS_VERSIONS;
+    const WHAT: &'static str = "start offsets";
+
+    fn position(offset: &i64) -> i64 {
+        *offset
     }
-    Ok((written, refused))
+
+    fn groups_per_read(_version: i16, partitions: usize) -> usize {
+        share_groups_per_request(partitions)
+    }
+
+    /// Always by name: Kafka 4.0 takes no null "all topics".
+    fn read_request(_version: i16, asks: &[(String, Topics)], _all: bool) -> DescribeShareGroupOffsetsRequest {
+        describe_share_request(asks)
+    }
+
+    fn read_answers(
+        _version: i16,
+        asked: &[String],
+        response: &DescribeShareGroupOffsetsResponse,
+        keep: &BTreeSet<(String, i32)>,
+    ) -> ReadResults<i64> {
+        share_offsets_from(asked, response, keep)
+    }
+
+    fn unchanged(held: &i64, source: &i64) -> bool {
+        held == source
+    }
+
+    fn write_request(_version: i16, group: &str, offsets: &ShareOffsets) -> AlterShareGroupOffsetsRequest {
+        alter_share_request(group, offsets)
+    }
+
+    fn written(response: &AlterShareGroupOffsetsResponse) -> Result<Written, GroupOutcome> {
+        alter_results(response)
+    }
 }
 
 /// Sets the source's start offsets of each share group that is neither
@@ -1424,95 +1507,14 @@ async fn alter_at_destination(
                     .insert(group, GroupOutcome::Active { state: g.state.clone() });
             }
             _ if offsets.is_empty() => {
-                report.groups.insert(
-                    group,
-                    GroupOutcome::Synced {
-                        committed: 0,
-                        unchanged: 0,
-                        refused: BTreeMap::new(),
-                    },
-                );
+                report.groups.insert(group, GroupOutcome::nothing_written(0));
             }
             _ => {
                 candidates.insert(group, offsets);
             }
         }
     }
-    if candidates.is_empty() {
-        return Ok(());
-    }
-    // What the destination holds already; without an answer, everything
-    // is written.
-    let asks: Vec<(String, Topics)> = candidates
-        .iter()
-        .map(|(g, o)| (g.clone(), by_topic(o.keys())))
-        .collect();
-    let keep: BTreeSet<(String, i32)> = candidates.values().flat_map(|o| o.keys().cloned()).collect();
-    let current: BTreeMap<String, ShareOffsets> = match describe_share_offsets(destination, &asks, &keep).await {
-        Ok(results) => results
-            .into_iter()
-            .filter_map(|(g, o)| o.ok().map(|o| (g, o)))
-            .collect(),
-        Err(e) if connection_failed(&e) => return Err(e),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot read the destination's start offsets; writing all");
-            BTreeMap::new()
-        }
-    };
-    let (min, max) = ALTER_SHARE_GROUP_OFFSETS_VERSIONS;
-    let version = destination.version_for::<AlterShareGroupOffsetsRequest>(min, max)?;
-    for (group, offsets) in candidates {
-        let held = current.get(&group);
-        let (changed, unchanged): (ShareOffsets, ShareOffsets) = offsets
-            .into_iter()
-            .partition(|(tp, start)| held.and_then(|h| h.get(tp)) != Some(start));
-        let unchanged = unchanged.len();
-        if changed.is_empty() {
-            report.groups.insert(
-                group,
-                GroupOutcome::Synced {
-                    committed: 0,
-                    unchanged,
-                    refused: BTreeMap::new(),
-                },
-            );
-            continue;
-        }
-        let response = match destination
-            .request(&alter_share_request(&group, &changed), version)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) if connection_failed(&e) => return Err(e),
-            Err(e) => {
-                fail(report, group, format!("AlterShareGroupOffsets at the destination: {e}"));
-                continue;
-            }
-        };
-        match alter_results(&response) {
-            Ok((committed, refused)) => {
-                if !refused.is_empty() {
-                    tracing::warn!(group, refused = ?refused, "the destination refused some start offsets");
-                }
-                report.groups.insert(
-                    group,
-                    GroupOutcome::Synced {
-                        committed,
-                        unchanged,
-                        refused,
-                    },
-                );
-            }
-            Err(GroupOutcome::TypeConflict { source, destination }) => {
-                conflict(report, group, &source, &destination);
-            }
-            Err(outcome) => {
-                tracing::warn!(group, outcome = ?outcome, "share-group start offsets not synced");
-                report.groups.insert(group, outcome);
-            }
-        }
-    }
-    Ok(())
+    write_changed::<ShareGroups>(destination, candidates, report).await
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -950,16 +950,15 @@ pub fn source_high_watermark(bootstrap: &str, topic: &str, partition: i32, timeo
 }
 
 /// Config of an agent serving on a free loopback port (2 shards, small
-/// segments) that mirrors `topics` from `source` as mirror "dr" with quick
-/// fetch settings; `extra` is TOML appended to the `[listener]` table.
-pub fn serving_mirror_config(
-    data_dir: &Path,
-    source: &str,
-    topics: &[&str],
-    extra: &str,
-) -> ringmirror::config::AgentConfig {
-    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
-    ringmirror::config::AgentConfig::parse(&format!(
+/// segments) that mirrors nothing; `extra` is TOML appended to the
+/// `[listener]` table.
+pub fn serving_config(data_dir: &Path, extra: &str) -> ringmirror::config::AgentConfig {
+    ringmirror::config::AgentConfig::parse(&serving_toml(data_dir, extra)).expect("agent config")
+}
+
+/// [`serving_config`]'s TOML, which ends in the `[log]` table.
+fn serving_toml(data_dir: &Path, extra: &str) -> String {
+    format!(
         r#"
         data_dir = {data_dir:?}
         shards = 2
@@ -968,6 +967,22 @@ pub fn serving_mirror_config(
         {extra}
         [log]
         segment_bytes = 65536
+        "#
+    )
+}
+
+/// [`serving_config`], mirroring `topics` from `source` as mirror "dr"
+/// with quick fetch settings.
+pub fn serving_mirror_config(
+    data_dir: &Path,
+    source: &str,
+    topics: &[&str],
+    extra: &str,
+) -> ringmirror::config::AgentConfig {
+    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    let serving = serving_toml(data_dir, extra);
+    ringmirror::config::AgentConfig::parse(&format!(
+        r#"{serving}
         [[mirror]]
         name = "dr"
         bootstrap_servers = [{source:?}]
@@ -1057,4 +1072,103 @@ pub fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+/// Creates a local topic at an agent (CreateTopics through librdkafka's
+/// admin client, `timeout` the operation's).
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, timeout: Duration) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    let results = futures_lite::future::block_on(admin.create_topics([&new], &options)).expect("create topics");
+    assert!(matches!(&results[0], Ok(name) if name == topic), "{results:?}");
+}
+
+/// An admin commit (generation -1, OffsetCommit v8) to `group` at `addr`
+/// of `topic`'s `(partition, offset, leader epoch)`s, each with `metadata`;
+/// every partition must be taken.
+pub fn admin_commit(addr: &str, group: &str, topic: &str, offsets: &[(i32, i64, i32)], metadata: &str) {
+    use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+    use kafka_protocol::messages::{ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse};
+    let s = |v: &str| StrBytes::from_string(v.to_owned());
+    let partitions = offsets
+        .iter()
+        .map(|&(p, o, e)| {
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(o)
+                .with_committed_leader_epoch(e)
+                .with_committed_metadata(Some(s(metadata)))
+        })
+        .collect();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(partitions),
+        ]);
+    let response: OffsetCommitResponse = KafkaConnection::connect(addr, GROUP_SYNC_IO_TIMEOUT)
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+        .request(ApiKey::OffsetCommit as i16, 8, &request)
+        .expect("OffsetCommit");
+    for p in &response.topics[0].partitions {
+        assert_eq!(
+            p.error_code, 0,
+            "commit {group} {topic}-{} at {addr}",
+            p.partition_index
+        );
+    }
+}
+
+/// Bounds every socket operation of [`admin_commit`] and [`sync_groups`].
+const GROUP_SYNC_IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One group sync round (`ringmirror_control::group_sync`) from `source`
+/// (its first address) into the agent at `destination`, for the `mirrored`
+/// partitions, as the control plane runs it.
+pub fn sync_groups(
+    source: &str,
+    destination: &str,
+    mirrored: BTreeSet<(String, i32)>,
+    filter: &ringmirror_control::group_sync::GroupFilter,
+) -> ringmirror_control::group_sync::GroupSyncReport {
+    use ringmirror_dataplane::client::{Connection, ConnectionOptions};
+    let source = source.split(',').next().expect("an address").to_owned();
+    let destination = destination.to_owned();
+    let filter = filter.clone();
+    on_glommio(move || async move {
+        let options = ConnectionOptions {
+            client_id: "group-sync-test".into(),
+            connect_timeout: GROUP_SYNC_IO_TIMEOUT,
+            io_timeout: GROUP_SYNC_IO_TIMEOUT,
+            ..ConnectionOptions::default()
+        };
+        let mut source = Connection::connect(&source, options.clone()).await.expect("source");
+        let mut destination = Connection::connect(&destination, options).await.expect("destination");
+        ringmirror_control::group_sync::sync_group_offsets(&mut source, &mut destination, &mirrored, &filter)
+            .await
+            .expect("sync")
+    })
+}
+
+/// (committed, unchanged) of a group `report` says was synced, none
+/// refused.
+pub fn synced(report: &ringmirror_control::group_sync::GroupSyncReport, group: &str) -> (usize, usize) {
+    match report.outcome(group) {
+        Some(ringmirror_control::group_sync::GroupOutcome::Synced {
+            committed,
+            unchanged,
+            refused,
+        }) => {
+            assert!(refused.is_empty(), "{group}: refused {refused:?}");
+            (*committed, *unchanged)
+        }
+        other => panic!("{group}: {other:?} in {report:?}"),
+    }
 }

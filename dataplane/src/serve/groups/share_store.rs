@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::store::{INTERNAL_DIR, StoreResult};
+use super::store::{Reader, StoreResult, encode_partition_key, open_shard_log, put_str, tombstone};
 use crate::log::{CompactedLog, KeyedRecord};
 
 const KEY_VERSION_GROUP: i16 = 0;
@@ -63,11 +63,6 @@ pub struct ShareOffsetStore {
     groups: BTreeMap<String, ShareGroup>,
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
 pub fn encode_group_key(group: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + group.len());
     out.extend_from_slice(&KEY_VERSION_GROUP.to_be_bytes());
@@ -76,12 +71,7 @@ pub fn encode_group_key(group: &str) -> Vec<u8> {
 }
 
 pub fn encode_offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(10 + group.len() + topic.len());
-    out.extend_from_slice(&KEY_VERSION_START_OFFSET.to_be_bytes());
-    put_str(&mut out, group);
-    put_str(&mut out, topic);
-    out.extend_from_slice(&partition.to_be_bytes());
-    out
+    encode_partition_key(KEY_VERSION_START_OFFSET, group, topic, partition)
 }
 
 fn encode_group_value(epoch: i32) -> Vec<u8> {
@@ -98,32 +88,6 @@ fn encode_offset_value(v: &ShareStartOffset) -> Vec<u8> {
     out.extend_from_slice(&v.leader_epoch.to_be_bytes());
     out.extend_from_slice(&v.write_timestamp.to_be_bytes());
     out
-}
-
-/// A cursor over a record key or value; `None` when it runs out.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-    fn i16(&mut self) -> Option<i16> {
-        self.take().map(i16::from_be_bytes)
-    }
-    fn i32(&mut self) -> Option<i32> {
-        self.take().map(i32::from_be_bytes)
-    }
-    fn i64(&mut self) -> Option<i64> {
-        self.take().map(i64::from_be_bytes)
-    }
-    fn string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.i16()?).ok()?;
-        let bytes = self.0.get(..len)?;
-        self.0 = &self.0[len..];
-        String::from_utf8(bytes.to_vec()).ok()
-    }
 }
 
 /// What a record key names.
@@ -162,8 +126,7 @@ impl ShareOffsetStore {
     /// Opens (creating) shard `shard`'s share-group log under `data_dir`
     /// and loads it.
     pub fn open(data_dir: &Path, shard: usize, compact_min_bytes: u64) -> StoreResult<Self> {
-        let root = data_dir.join(INTERNAL_DIR);
-        let (log, values) = CompactedLog::open(&root, &format!("share-group-offsets-{shard}"), compact_min_bytes)?;
+        let (log, values) = open_shard_log(data_dir, "share-group-offsets", shard, compact_min_bytes)?;
         let mut groups: BTreeMap<String, ShareGroup> = BTreeMap::new();
         for (key, value) in values {
             match decode_key(&key) {
@@ -241,11 +204,7 @@ impl ShareOffsetStore {
         let doomed: Vec<(String, i32)> = g.offsets.keys().filter(|(t, _)| topics.contains(t)).cloned().collect();
         let records = doomed
             .iter()
-            .map(|(topic, partition)| KeyedRecord {
-                key: encode_offset_key(group, topic, *partition),
-                value: None,
-                timestamp_ms: None,
-            })
+            .map(|(topic, partition)| tombstone(encode_offset_key(group, topic, *partition)))
             .collect();
         self.log.append(records)?;
         let g = self.groups.get_mut(group).expect("found above");
@@ -264,29 +223,21 @@ impl ShareOffsetStore {
         let Some(g) = self.groups.get(group) else {
             return Ok(());
         };
-        let mut records = vec![KeyedRecord {
-            key: encode_group_key(group),
-            value: None,
-            timestamp_ms: None,
-        }];
-        records.extend(g.offsets.keys().map(|(topic, partition)| KeyedRecord {
-            key: encode_offset_key(group, topic, *partition),
-            value: None,
-            timestamp_ms: None,
-        }));
+        let mut records = vec![tombstone(encode_group_key(group))];
+        records.extend(
+            g.offsets
+                .keys()
+                .map(|(topic, partition)| tombstone(encode_offset_key(group, topic, *partition))),
+        );
         self.log.append(records)?;
         self.groups.remove(group);
         Ok(())
-    }
-
-    #[cfg(test)]
-    fn log_bytes(&self) -> u64 {
-        self.log.size_bytes()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::store::INTERNAL_DIR;
     use super::*;
 
     fn tp(t: &str, p: i32) -> (String, i32) {
@@ -376,7 +327,8 @@ mod tests {
         }
         store.alter("gone", vec![(tp("t", 0), 1)], 1).unwrap();
         store.delete_group("gone").unwrap();
-        assert!(store.log_bytes() < 32 * 1024, "compacted: {}", store.log_bytes());
+        let bytes = store.log.size_bytes();
+        assert!(bytes < 32 * 1024, "compacted: {bytes}");
         drop(store);
         let store = ShareOffsetStore::open(dir.path(), 3, 16 * 1024).unwrap();
         let s = store.group("s").unwrap();

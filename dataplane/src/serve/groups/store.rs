@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::log::compacted::LiveValues;
 use crate::log::{CompactedLog, KeyedRecord, LogError};
 
 /// The directory under the data dir for the agent's internal state.
@@ -44,19 +45,53 @@ pub struct OffsetStore {
     offsets: BTreeMap<String, GroupOffsets>,
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+/// Opens (creating) the log `<data dir>/__ringmirror/<name>-<shard>/` of
+/// one shard's store (this one's, or the share-group store's next to it)
+/// and returns it with the live value of every key; the log completes or
+/// undoes an interrupted compaction first.
+pub(super) fn open_shard_log(
+    data_dir: &Path,
+    name: &str,
+    shard: usize,
+    compact_min_bytes: u64,
+) -> StoreResult<(CompactedLog, LiveValues)> {
+    CompactedLog::open(
+        &data_dir.join(INTERNAL_DIR),
+        &format!("{name}-{shard}"),
+        compact_min_bytes,
+    )
+}
+
+/// The record that deletes `key`.
+pub(super) fn tombstone(key: Vec<u8>) -> KeyedRecord {
+    KeyedRecord {
+        key,
+        value: None,
+        timestamp_ms: None,
+    }
+}
+
+/// A string as `__consumer_offsets` records write it: an i16 length, then
+/// UTF-8 bytes.
+pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as i16).to_be_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
-/// Key version 1: group, topic, partition.
-pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+/// A key of key version `version` naming (group, topic, partition): an
+/// offset commit's, or a share-group start offset's.
+pub(super) fn encode_partition_key(version: i16, group: &str, topic: &str, partition: i32) -> Vec<u8> {
     let mut out = Vec::with_capacity(10 + group.len() + topic.len());
-    out.extend_from_slice(&KEY_VERSION_OFFSET.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
     put_str(&mut out, group);
     put_str(&mut out, topic);
     out.extend_from_slice(&partition.to_be_bytes());
     out
+}
+
+/// Key version 1: group, topic, partition.
+pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+    encode_partition_key(KEY_VERSION_OFFSET, group, topic, partition)
 }
 
 /// Value version 3: offset, leader epoch, metadata, commit timestamp.
@@ -70,8 +105,9 @@ pub fn encode_value(v: &CommittedOffset) -> Vec<u8> {
     out
 }
 
-/// A cursor over a record key or value; `None` when it runs out.
-struct Reader<'a>(&'a [u8]);
+/// A cursor over a record key or value (of either store); `None` when it
+/// runs out.
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
@@ -79,16 +115,16 @@ impl Reader<'_> {
         self.0 = rest;
         Some(*head)
     }
-    fn i16(&mut self) -> Option<i16> {
+    pub(super) fn i16(&mut self) -> Option<i16> {
         self.take().map(i16::from_be_bytes)
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(super) fn i32(&mut self) -> Option<i32> {
         self.take().map(i32::from_be_bytes)
     }
-    fn i64(&mut self) -> Option<i64> {
+    pub(super) fn i64(&mut self) -> Option<i64> {
         self.take().map(i64::from_be_bytes)
     }
-    fn string(&mut self) -> Option<String> {
+    pub(super) fn string(&mut self) -> Option<String> {
         let len = usize::try_from(self.i16()?).ok()?;
         let bytes = self.0.get(..len)?;
         self.0 = &self.0[len..];
@@ -126,8 +162,7 @@ impl OffsetStore {
     /// Opens (creating) shard `shard`'s offsets log under `data_dir` and
     /// loads it (the log completes or undoes an interrupted compaction first).
     pub fn open(data_dir: &Path, shard: usize, compact_min_bytes: u64) -> StoreResult<Self> {
-        let root = data_dir.join(INTERNAL_DIR);
-        let (log, values) = CompactedLog::open(&root, &format!("group-offsets-{shard}"), compact_min_bytes)?;
+        let (log, values) = open_shard_log(data_dir, "group-offsets", shard, compact_min_bytes)?;
         let mut offsets: BTreeMap<String, GroupOffsets> = BTreeMap::new();
         for (key, value) in values {
             let Some((group, topic, partition)) = decode_key(&key) else {
@@ -178,20 +213,11 @@ impl OffsetStore {
         };
         let records = offsets
             .keys()
-            .map(|(topic, partition)| KeyedRecord {
-                key: encode_key(group, topic, *partition),
-                value: None,
-                timestamp_ms: None,
-            })
+            .map(|(topic, partition)| tombstone(encode_key(group, topic, *partition)))
             .collect();
         self.log.append(records)?;
         self.offsets.remove(group);
         Ok(())
-    }
-
-    #[cfg(test)]
-    fn log_bytes(&self) -> u64 {
-        self.log.size_bytes()
     }
 }
 
@@ -266,7 +292,8 @@ mod tests {
         }
         store.commit("gone", vec![(tp("t", 0), offset(1))]).unwrap();
         store.delete_group("gone").unwrap();
-        assert!(store.log_bytes() < 32 * 1024, "compacted: {}", store.log_bytes());
+        let bytes = store.log.size_bytes();
+        assert!(bytes < 32 * 1024, "compacted: {bytes}");
         drop(store);
         let store = OffsetStore::open(dir.path(), 1, 16 * 1024).unwrap();
         for p in 0..4 {
