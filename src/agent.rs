@@ -23,7 +23,8 @@ use ringmirror_control::coordinator::{Coordinator, CoordinatorSetup};
 use ringmirror_control::http::AdminServer;
 use ringmirror_control::state_store::MirrorStateStore;
 
-use crate::config::{AgentConfig, ListenerConfig};
+use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
+use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
 
 /// glommio's default registered I/O memory per ring.
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;
@@ -197,8 +198,41 @@ fn listener_settings(
         zero_copy: config.zero_copy,
         connections_max_idle: Duration::from_millis(config.connections_max_idle_ms),
         accept: config.accept,
+        sasl: None,
     };
     Ok((settings, identity, reservation))
+}
+
+/// The listener's SASL users (SCRAM credentials derived now: random salt,
+/// Kafka's 4096 iterations), set on `settings`, and the credentials the
+/// agent itself uses at its listener: [`AGENT_SASL_USER`] with a random
+/// password, by the strongest enabled mechanism. `None` without SASL.
+fn listener_sasl(config: &ListenerConfig, settings: &mut ListenerSettings) -> anyhow::Result<Option<SaslClientConfig>> {
+    if config.sasl_mechanisms.is_empty() {
+        return Ok(None);
+    }
+    let users = config.sasl_users()?;
+    let own: [u8; 32] = ringmirror_dataplane::serve::catalog::random_bytes().context("random bytes")?;
+    let own = Secret::new(own.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let count = users.len();
+    let all = users
+        .into_iter()
+        .map(|u| (u.name, u.password))
+        .chain([(AGENT_SASL_USER.to_string(), own.clone())]);
+    let server = SaslServerConfig::new(&config.sasl_mechanisms, all, scram::DEFAULT_ITERATIONS)
+        .map_err(anyhow::Error::msg)
+        .context("[listener] SASL users")?;
+    let mechanism = [Mechanism::ScramSha512, Mechanism::ScramSha256, Mechanism::Plain]
+        .into_iter()
+        .find(|m| config.sasl_mechanisms.contains(m))
+        .expect("a mechanism is enabled");
+    tracing::info!(mechanisms = ?server.mechanisms(), users = count, "the listener requires SASL authentication");
+    settings.sasl = Some(Arc::new(server));
+    Ok(Some(SaslClientConfig {
+        mechanism,
+        username: AGENT_SASL_USER.into(),
+        password: Password::Inline(own),
+    }))
 }
 
 /// Registered I/O memory per ring that fits RLIMIT_MEMLOCK for a non-root
@@ -247,8 +281,14 @@ impl Agent {
             .as_ref()
             .map(|l| listener_settings(l, &config.data_dir))
             .transpose()?;
+        let mut own_sasl = None;
         let (listener_settings, identity, reservation) = match listener {
-            Some((settings, identity, reservation)) => (Some(settings), identity, Some(reservation)),
+            Some((mut settings, identity, reservation)) => {
+                if let Some(l) = &config.listener {
+                    own_sasl = listener_sasl(l, &mut settings)?;
+                }
+                (Some(settings), identity, Some(reservation))
+            }
             None => {
                 tracing::info!("no [listener] configured: not serving Kafka clients");
                 (None, ServerIdentity::default(), None)
@@ -362,6 +402,7 @@ impl Agent {
                 calls,
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
                 listener_addr: listener_addr.map(|a| a.to_string()),
+                listener_sasl: own_sasl,
                 reports: Arc::clone(&mirror_reports),
                 catalog: Arc::clone(&catalog),
                 io_memory_bytes: io_memory,

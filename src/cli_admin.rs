@@ -151,6 +151,22 @@ pub struct CreateArgs {
     /// How record bytes reach the log [default: aligned_copy].
     #[arg(long, value_parser = ["aligned_copy", "mmap"])]
     pub ingest: Option<String>,
+    /// How the source is reached [default: plaintext].
+    #[arg(long, value_parser = ["plaintext", "sasl_plaintext"])]
+    pub security_protocol: Option<String>,
+    /// SASL mechanism (with sasl_plaintext).
+    #[arg(long, value_parser = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])]
+    pub sasl_mechanism: Option<String>,
+    #[arg(long, value_name = "USER")]
+    pub sasl_username: Option<String>,
+    /// SASL password (visible to other local users in the process list:
+    /// prefer --sasl-password-file, or `sasl_password` in --file).
+    #[arg(long, value_name = "PASSWORD")]
+    pub sasl_password: Option<String>,
+    /// A file on the agent's host holding the SASL password, read by the
+    /// agent at each connect.
+    #[arg(long, value_name = "PATH")]
+    pub sasl_password_file: Option<PathBuf>,
 }
 
 impl CreateArgs {
@@ -190,6 +206,19 @@ impl CreateArgs {
             self.metadata_refresh_interval_ms.map(|v| (v as i64).into()),
         );
         set("ingest", self.ingest.clone().map(toml::Value::String));
+        set(
+            "security_protocol",
+            self.security_protocol.clone().map(toml::Value::String),
+        );
+        set("sasl_mechanism", self.sasl_mechanism.clone().map(toml::Value::String));
+        set("sasl_username", self.sasl_username.clone().map(toml::Value::String));
+        set("sasl_password", self.sasl_password.clone().map(toml::Value::String));
+        set(
+            "sasl_password_file",
+            self.sasl_password_file
+                .as_ref()
+                .map(|p| toml::Value::String(p.display().to_string())),
+        );
         let origin = match &self.file {
             Some(path) => format!("mirror definition ({})", path.display()),
             None => "mirror definition".to_owned(),
@@ -425,6 +454,24 @@ fn mirrors_table(mirrors: &[MirrorSummary]) -> String {
     )
 }
 
+/// A mirror's security settings, the password as "***" whatever the
+/// answer held.
+fn security(c: &MirrorConfig) -> String {
+    match c.sasl_client() {
+        None => "plaintext".into(),
+        Some(sasl) => {
+            let password = match &c.sasl_password_file {
+                Some(path) => format!("from {}", path.display()),
+                None => ringmirror_dataplane::sasl::REDACTED.into(),
+            };
+            format!(
+                "sasl_plaintext {} user={} password={password}",
+                sasl.mechanism, sasl.username
+            )
+        }
+    }
+}
+
 fn describe(d: &MirrorDescription) -> String {
     let c = &d.config;
     let or_dash = |v: Option<&str>| v.unwrap_or("-").to_owned();
@@ -457,6 +504,7 @@ fn describe(d: &MirrorDescription) -> String {
             d.last_sync_ms.map(utc_time).unwrap_or_else(|| "never".into()),
         ),
         ("sync error", or_dash(d.sync_error.as_deref())),
+        ("security", security(c)),
         (
             "groups",
             format!(
@@ -644,6 +692,11 @@ mod tests {
             fetch_min_bytes: None,
             metadata_refresh_interval_ms: None,
             ingest: Some("mmap".into()),
+            security_protocol: None,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+            sasl_password_file: None,
         };
         let c = args.config().unwrap();
         assert_eq!(

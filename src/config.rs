@@ -12,6 +12,10 @@
 //! [listener]                     # serve Kafka clients (optional)
 //! address = "0.0.0.0:9092"
 //! advertised_host = "mirror-1.example.com"
+//! sasl_mechanisms = ["SCRAM-SHA-256"]   # optional: clients must authenticate
+//! [[listener.users]]
+//! name = "reader"
+//! password = "..."
 //!
 //! [admin]                        # the admin API and /metrics (optional)
 //! address = "127.0.0.1:9644"
@@ -28,7 +32,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 pub use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::LogConfig;
+use ringmirror_dataplane::sasl::{Mechanism, Secret};
 use serde::Deserialize;
+
+/// The user the agent authenticates as at its own SASL listener (the
+/// control plane's group and ACL sync connections), with a random
+/// password made at each start; no configured user may take the name.
+pub const AGENT_SASL_USER: &str = "__ringmirror_agent";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +100,79 @@ pub struct ListenerConfig {
     /// connections out in turn).
     #[serde(default)]
     pub accept: ringmirror_dataplane::serve::AcceptMode,
+    /// SASL mechanisms clients must authenticate with (PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512); empty (the default): no SASL.
+    #[serde(default)]
+    pub sasl_mechanisms: Vec<Mechanism>,
+    /// The users SASL authenticates (`[[listener.users]]`).
+    #[serde(default)]
+    pub users: Vec<ListenerUser>,
+    /// A TOML file with more `[[users]]` (name, password), read at start.
+    #[serde(default)]
+    pub users_file: Option<PathBuf>,
+}
+
+/// A user of the listener's SASL authentication. SCRAM credentials are
+/// derived from the password at start (random salt, 4096 iterations).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerUser {
+    pub name: String,
+    pub password: Secret,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsersFile {
+    #[serde(default)]
+    users: Vec<ListenerUser>,
+}
+
+impl ListenerConfig {
+    /// Every SASL user: the table's, then the users file's.
+    pub fn sasl_users(&self) -> anyhow::Result<Vec<ListenerUser>> {
+        let mut users = self.users.clone();
+        if let Some(path) = &self.users_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read the listener's users_file {}", path.display()))?;
+            let file: UsersFile =
+                toml::from_str(&text).with_context(|| format!("in the listener's users_file {}", path.display()))?;
+            users.extend(file.users);
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for u in &users {
+            anyhow::ensure!(!u.name.is_empty(), "[listener] a SASL user has an empty name");
+            anyhow::ensure!(
+                u.name != AGENT_SASL_USER,
+                "[listener] the SASL user name {AGENT_SASL_USER:?} is the agent's own"
+            );
+            anyhow::ensure!(
+                !u.password.expose().is_empty(),
+                "[listener] SASL user {:?} has an empty password",
+                u.name
+            );
+            anyhow::ensure!(
+                names.insert(&u.name),
+                "[listener] SASL user {:?} is defined twice",
+                u.name
+            );
+        }
+        Ok(users)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        let has_users = !self.users.is_empty() || self.users_file.is_some();
+        if self.sasl_mechanisms.is_empty() {
+            anyhow::ensure!(
+                !has_users,
+                "[listener] users need sasl_mechanisms (which SASL mechanisms to accept)"
+            );
+        } else {
+            anyhow::ensure!(has_users, "[listener] sasl_mechanisms need users (or a users_file)");
+            self.sasl_users()?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -150,6 +233,9 @@ impl AgentConfig {
             self.mirror_topic_num_partitions > 0,
             "mirror_topic_num_partitions must be at least 1"
         );
+        if let Some(listener) = &self.listener {
+            listener.validate()?;
+        }
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
             anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
@@ -197,6 +283,54 @@ mod tests {
         assert_eq!(c.mirror_topic_num_partitions, 8);
         let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]\naddress = \"0.0.0.0:0\"").unwrap();
         assert_eq!(c.admin.unwrap().address, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
+    fn listener_sasl_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("users.toml");
+        std::fs::write(&file, "[[users]]\nname = \"bob\"\npassword = \"bob-secret\"\n").unwrap();
+        let c = AgentConfig::parse(&format!(
+            r#"
+            data_dir = "/x"
+            [listener]
+            address = "127.0.0.1:0"
+            sasl_mechanisms = ["PLAIN", "SCRAM-SHA-512"]
+            users_file = {file:?}
+            [[listener.users]]
+            name = "alice"
+            password = "alice-secret"
+            "#
+        ))
+        .unwrap();
+        let l = c.listener.unwrap();
+        assert_eq!(l.sasl_mechanisms, [Mechanism::Plain, Mechanism::ScramSha512]);
+        let users: Vec<String> = l.sasl_users().unwrap().into_iter().map(|u| u.name).collect();
+        assert_eq!(users, ["alice", "bob"]);
+        assert!(!format!("{l:?}").contains("alice-secret"));
+
+        let err = |t: &str| {
+            format!(
+                "{:#}",
+                AgentConfig::parse(&format!(
+                    "data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"\n{t}"
+                ))
+                .unwrap_err()
+            )
+        };
+        assert!(err("sasl_mechanisms = [\"PLAIN\"]").contains("need users"));
+        assert!(err("[[listener.users]]\nname = \"a\"\npassword = \"p\"").contains("need sasl_mechanisms"));
+        assert!(
+            err("sasl_mechanisms = [\"GSSAPI\"]\n[[listener.users]]\nname = \"a\"\npassword = \"p\"")
+                .contains("unknown variant")
+        );
+        assert!(
+            err("sasl_mechanisms = [\"PLAIN\"]\n[[listener.users]]\nname = \"__ringmirror_agent\"\npassword = \"p\"")
+                .contains("the agent's own")
+        );
+        assert!(
+            err("sasl_mechanisms = [\"PLAIN\"]\nusers_file = \"/nonexistent\"").contains("users_file /nonexistent")
+        );
     }
 
     #[test]

@@ -23,9 +23,7 @@ mod common;
 mod mock_source;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -45,72 +43,15 @@ use ringmirror_dataplane::log::TopicPartition;
 const DEADLINE: Duration = Duration::from_secs(60);
 const SEGMENT_BYTES: u64 = 65536;
 
-// ---------------------------------------------------------------------------
-// Log capture: what the coordinator and the agents log, to look for lines
-// ---------------------------------------------------------------------------
-
-static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct LogWriter;
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Sends every log line of this test binary (all threads, info and up) to
-/// a buffer that [`logged`] searches.
-fn capture_logs() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-            .with_writer(|| LogWriter)
-            .try_init();
-    });
-}
-
-/// Prints the captured log (of every test running in this binary) when the
-/// test holding it fails, so a failure comes with what the agents said.
-struct LogsOnFailure;
-
-impl Drop for LogsOnFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let logs = LOGS.lock().unwrap_or_else(|e| e.into_inner());
-            eprintln!("captured log:\n{}", String::from_utf8_lossy(&logs));
-        }
-    }
-}
-
-/// Starts capturing (once per binary); the guard prints the log if the
-/// test fails.
-#[must_use]
-fn capture() -> LogsOnFailure {
-    capture_logs();
-    LogsOnFailure
+/// Captures what the coordinator and the agents log (info and up); the
+/// guard prints it if the test fails.
+fn capture() -> common::logs::LogsOnFailure {
+    common::logs::capture("info")
 }
 
 /// Prints how long the test has run at a step (shown with `--nocapture`).
 fn step(started: Instant, what: &str) {
     eprintln!("{:>8.3} s  {what}", started.elapsed().as_secs_f64());
-}
-
-/// The captured log lines holding every one of `needles`.
-fn logged(needles: &[&str]) -> Vec<String> {
-    let logs = LOGS.lock().unwrap_or_else(|e| e.into_inner());
-    String::from_utf8_lossy(&logs)
-        .lines()
-        .filter(|line| needles.iter().all(|n| line.contains(n)))
-        .map(str::to_owned)
-        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -553,11 +494,12 @@ fn assert_truncated(
         // Logged by the agent's events thread right after it hands the
         // event to the coordinator: poll.
         wait_until(&format!("{tp}: \"{message}\" to {}", to[tp]), || {
-            let line = logged(&[message, &quoted, &format!("tp={tp} "), &format!("{field}={}", to[tp])]);
+            let line =
+                common::logs::lines_with(&[message, &quoted, &format!("tp={tp} "), &format!("{field}={}", to[tp])]);
             if line.is_empty() {
                 Err(format!(
                     "logged: {:#?}",
-                    logged(&[&quoted, &format!("tp={tp} "), "truncat"])
+                    common::logs::lines_with(&[&quoted, &format!("tp={tp} "), "truncat"])
                 ))
             } else {
                 Ok(())
@@ -880,7 +822,7 @@ fn fan_in(s2_x_partitions: i32) {
     .expect("the mirror itself is created");
     wait_until(&format!("{third} refusing x"), || {
         // Refused for the whole topic, once (not per partition, not every round).
-        let refused = logged(&[
+        let refused = common::logs::lines_with(&[
             "already mirrored by another mirror",
             &format!("mirror={third:?}"),
             "topic=\"x\"",
@@ -896,7 +838,7 @@ fn fan_in(s2_x_partitions: i32) {
     std::thread::sleep(Duration::from_millis(1500));
     let claimed = views(&b, &third);
     assert!(claimed.is_empty(), "{third} placed nothing: {claimed:?}");
-    let changed = logged(&[&format!("mirror={third:?}"), "partition state"]);
+    let changed = common::logs::lines_with(&[&format!("mirror={third:?}"), "partition state"]);
     assert!(
         changed.is_empty(),
         "no partition of {third} changed state: {changed:#?}"

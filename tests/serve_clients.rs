@@ -69,7 +69,7 @@ impl Output {
 /// failing the test) after `timeout`. The child is also killed if this
 /// thread dies first ([`common::ChildGuard`]), so none outlives the test.
 fn run(mut cmd: Command, what: &str, stdin: Option<&[u8]>, timeout: Duration) -> Output {
-    without_cargo_libraries(&mut cmd);
+    common::without_cargo_libraries(&mut cmd);
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -111,32 +111,12 @@ fn run(mut cmd: Command, what: &str, stdin: Option<&[u8]>, timeout: Duration) ->
     }
 }
 
-/// `cargo test` puts the build directories of this workspace's
-/// dependencies on LD_LIBRARY_PATH, among them rdkafka-sys's freshly built
-/// librdkafka.so: kcat would load that (2.12) instead of its own (Debian's
-/// 2.0.2), and we would not be testing the kcat users have. Children get
-/// LD_LIBRARY_PATH without the entries under the target directory.
-fn without_cargo_libraries(cmd: &mut Command) {
-    let Some(path) = std::env::var_os("LD_LIBRARY_PATH") else {
-        return;
-    };
-    // <target dir>/<profile>/deps/<this test>
-    let exe = std::env::current_exe().expect("test executable path");
-    let Some(target_dir) = exe.ancestors().nth(3) else {
-        return;
-    };
-    let kept: Vec<PathBuf> = std::env::split_paths(&path)
-        .filter(|entry| !entry.starts_with(target_dir))
-        .collect();
-    cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).expect("paths joined"));
-}
-
 /// Fails the test (never skips it) unless kcat is installed; returns its
 /// version line (which names the librdkafka it runs on).
 fn require_kcat() -> String {
     let mut cmd = Command::new("kcat");
     cmd.arg("-V").stdin(Stdio::null());
-    without_cargo_libraries(&mut cmd);
+    common::without_cargo_libraries(&mut cmd);
     let out = cmd.output().ok().filter(|o| o.status.success());
     let out = out.unwrap_or_else(|| {
         panic!("this test needs kcat (Debian package `kcat`: apt-get install kcat, or run scripts/setup.sh)")

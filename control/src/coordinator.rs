@@ -28,6 +28,7 @@ use ringmirror_dataplane::fetch::{
     FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
 };
 use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_dataplane::sasl::SaslClientConfig;
 use ringmirror_dataplane::serve::{CatalogHandle, MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 
@@ -73,6 +74,8 @@ pub struct CoordinatorSetup {
     /// Our Kafka listener, where source group offsets are committed
     /// (without one there are no consumers here, and nothing to sync).
     pub listener_addr: Option<String>,
+    /// How we authenticate to our own listener when it takes SASL only.
+    pub listener_sasl: Option<SaslClientConfig>,
     /// Where the partitions' states and last mirror epochs are published
     /// for peers (DescribeClusterMirrors on our listener).
     pub reports: Arc<MirrorReportsHandle>,
@@ -107,6 +110,7 @@ impl Coordinator {
                     calls,
                     local_cluster_id,
                     listener_addr,
+                    listener_sasl,
                     reports,
                     catalog,
                     ..
@@ -119,6 +123,7 @@ impl Coordinator {
                     by_tp: HashMap::new(),
                     local_cluster_id,
                     listener_addr,
+                    listener_sasl,
                     listener_conn: None,
                     reports,
                     catalog,
@@ -207,6 +212,7 @@ struct Core {
     by_tp: HashMap<(String, TopicPartition), PartitionStateKey>,
     local_cluster_id: String,
     listener_addr: Option<String>,
+    listener_sasl: Option<SaslClientConfig>,
     /// To our own listener, for group offset sync.
     listener_conn: Option<Connection>,
     reports: Arc<MirrorReportsHandle>,
@@ -360,6 +366,8 @@ impl Core {
         stop: Arc<AtomicBool>,
         first_round: std::sync::mpsc::Sender<()>,
     ) {
+        // One at a time, moved at once: a large call costs nothing here.
+        #[allow(clippy::large_enum_variant)]
         enum Wake {
             Call(AdminCall),
             Event(ShardEvent),
@@ -859,7 +867,11 @@ impl Core {
     async fn listener_connection(&mut self, name: &str) -> Option<&mut Connection> {
         let addr = self.listener_addr.clone()?;
         if self.listener_conn.is_none() {
-            match Connection::connect(&addr, control_options("sync")).await {
+            let options = ConnectionOptions {
+                sasl: self.listener_sasl.clone(),
+                ..control_options("sync")
+            };
+            match Connection::connect(&addr, options).await {
                 Ok(c) => self.listener_conn = Some(c),
                 Err(e) => {
                     tracing::warn!(mirror = name, error = %e, "cannot reach our own listener");
@@ -1255,7 +1267,10 @@ impl Core {
             AdminRequest::UpdateMirror { mut config } => {
                 config.normalize();
                 let name = config.name.clone();
-                self.update_config(&name, |c| *c = config)?;
+                self.update_config(&name, |c| {
+                    config.keep_password_of(c);
+                    *c = config;
+                })?;
                 let m = self.mirrors.get_mut(&name).expect("updated");
                 m.group_filter = m
                     .record
@@ -1412,7 +1427,9 @@ impl Core {
         let selection = TopicSelection::new(&record.config).map_err(|e| AdminError::Invalid(e.to_string()))?;
         self.store.put_mirror(&record).map_err(internal)?;
         let m = self.mirrors.get_mut(name).expect("checked");
-        if m.record.config.bootstrap_servers != record.config.bootstrap_servers {
+        if m.record.config.bootstrap_servers != record.config.bootstrap_servers
+            || m.record.config.sasl_client() != record.config.sasl_client()
+        {
             // The next round reaches the new servers (and checks their
             // cluster id against the recorded one).
             m.conn = None;
@@ -1659,7 +1676,8 @@ impl Core {
     fn describe(&self, name: &str) -> Result<MirrorDescription, AdminError> {
         let m = self.mirror(name)?;
         Ok(MirrorDescription {
-            config: m.record.config.clone(),
+            // Never the password: answers show "***".
+            config: m.record.config.redacted(),
             source_cluster_id: m.record.source_cluster_id.clone(),
             created_ms: m.record.created_ms,
             topics: m.topics.iter().cloned().collect(),
@@ -1825,7 +1843,10 @@ fn control_options(what: &str) -> ConnectionOptions {
 
 async fn connection(m: &mut Mirror) -> Result<&mut Connection, ClientError> {
     if m.conn.is_none() {
-        let options = control_options(&format!("{}-control", m.record.config.name));
+        let options = ConnectionOptions {
+            sasl: m.record.config.sasl_client(),
+            ..control_options(&format!("{}-control", m.record.config.name))
+        };
         let mut last = None;
         for addr in &m.record.config.bootstrap_servers {
             match Connection::connect(addr, options.clone()).await {

@@ -76,8 +76,8 @@
 //! source broker — is reported per group (or per broker, for listings) and
 //! the round goes on.
 //!
-//! Not done here: connections to other source brokers use default
-//! [`ConnectionOptions`] (no TLS/SASL yet in the client).
+//! Connections to other source brokers use default [`ConnectionOptions`]
+//! with the source connection's SASL credentials (no TLS yet).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -457,10 +457,13 @@ pub async fn sync_group_offsets(
         return Ok(report);
     }
     let share_destination = takes_share_groups(destination);
+    // Other source brokers are reached with the source connection's credentials.
+    let sasl = source.options().sasl.clone();
     let mut brokers = SourceBrokers {
         source,
         options: ConnectionOptions {
             client_id: "ringmirror-group-sync".into(),
+            sasl,
             ..ConnectionOptions::default()
         },
         others: HashMap::new(),

@@ -5,9 +5,11 @@
 //! source topics the mirror covers ([`TopicSelection`]).
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use ringmirror_dataplane::client::ConnectionOptions;
 use ringmirror_dataplane::fetch::{IngestMode, MirrorSettings};
+use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, Secret};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +54,41 @@ pub struct MirrorConfig {
     /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
     #[serde(default)]
     pub ingest: IngestMode,
+    /// How we reach the source: "plaintext" or "sasl_plaintext" (SASL,
+    /// no TLS), as Kafka's `security.protocol`.
+    #[serde(default, skip_serializing_if = "SecurityProtocol::is_plaintext")]
+    pub security_protocol: SecurityProtocol,
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with "sasl_plaintext").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl_mechanism: Option<Mechanism>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl_username: Option<String>,
+    /// Kept in `__mirror_state`; shown as "***" in API answers, never
+    /// logged. A definition sent back with "***" keeps the stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl_password: Option<Secret>,
+    /// A file on the agent's host holding the password (instead of
+    /// `sasl_password`), read at each connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl_password_file: Option<PathBuf>,
+}
+
+/// How a mirror connects to its source (Kafka's `security.protocol`;
+/// TLS is not supported yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityProtocol {
+    #[default]
+    #[serde(alias = "PLAINTEXT")]
+    Plaintext,
+    #[serde(alias = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+}
+
+impl SecurityProtocol {
+    pub fn is_plaintext(&self) -> bool {
+        *self == Self::Plaintext
+    }
 }
 
 fn default_groups_include() -> String {
@@ -129,7 +166,80 @@ impl MirrorConfig {
         if self.fetch_partition_max_bytes <= 0 || self.fetch_max_bytes <= 0 {
             return Err(invalid("fetch sizes must be positive".into()));
         }
-        Ok(())
+        self.validate_security().map_err(invalid)
+    }
+
+    /// The SASL settings: complete with "sasl_plaintext", absent without.
+    fn validate_security(&self) -> Result<(), String> {
+        let any_sasl = self.sasl_mechanism.is_some()
+            || self.sasl_username.is_some()
+            || self.sasl_password.is_some()
+            || self.sasl_password_file.is_some();
+        match self.security_protocol {
+            SecurityProtocol::Plaintext if any_sasl => {
+                Err("sasl_* settings need security_protocol = \"sasl_plaintext\"".into())
+            }
+            SecurityProtocol::Plaintext => Ok(()),
+            SecurityProtocol::SaslPlaintext => {
+                if self.sasl_mechanism.is_none() {
+                    return Err(
+                        "security_protocol sasl_plaintext needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+                            .into(),
+                    );
+                }
+                if self.sasl_username.as_deref().is_none_or(str::is_empty) {
+                    return Err("security_protocol sasl_plaintext needs sasl_username".into());
+                }
+                match (&self.sasl_password, &self.sasl_password_file) {
+                    (None, None) => {
+                        Err("security_protocol sasl_plaintext needs sasl_password or sasl_password_file".into())
+                    }
+                    (Some(_), Some(_)) => Err("sasl_password and sasl_password_file are exclusive".into()),
+                    (Some(p), None) if p.expose().is_empty() => Err("sasl_password is empty".into()),
+                    (Some(p), None) if p.is_redacted() => Err(format!(
+                        "sasl_password is the placeholder {:?} API answers show, not a password",
+                        ringmirror_dataplane::sasl::REDACTED
+                    )),
+                    // The file is read at each connect, on the agent's host
+                    // (a CLI elsewhere cannot check it).
+                    (Some(_), None) | (None, Some(_)) => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// How the mirror authenticates to its source (`None`: PLAINTEXT).
+    pub fn sasl_client(&self) -> Option<SaslClientConfig> {
+        if self.security_protocol != SecurityProtocol::SaslPlaintext {
+            return None;
+        }
+        let password = match (&self.sasl_password, &self.sasl_password_file) {
+            (_, Some(path)) => Password::File(path.clone()),
+            (Some(p), None) => Password::Inline(p.clone()),
+            (None, None) => return None,
+        };
+        Some(SaslClientConfig {
+            mechanism: self.sasl_mechanism?,
+            username: self.sasl_username.clone()?,
+            password,
+        })
+    }
+
+    /// This definition as API answers show it: the password as "***".
+    pub fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        if shown.sasl_password.is_some() {
+            shown.sasl_password = Some(Secret::redacted());
+        }
+        shown
+    }
+
+    /// A definition sent with the "***" an answer showed keeps `stored`'s
+    /// password.
+    pub fn keep_password_of(&mut self, stored: &MirrorConfig) {
+        if self.sasl_password.as_ref().is_some_and(Secret::is_redacted) {
+            self.sasl_password.clone_from(&stored.sasl_password);
+        }
     }
 
     /// Which consumer groups' offsets are synced.
@@ -154,6 +264,7 @@ impl MirrorConfig {
             ingest: self.ingest,
             connection: ConnectionOptions {
                 client_id: format!("ringmirror-{}", self.name),
+                sasl: self.sasl_client(),
                 ..ConnectionOptions::default()
             },
             ..MirrorSettings::default()
@@ -244,6 +355,57 @@ mod tests {
         assert!(err(&format!("name = \"a\"\n{base}")).contains("names no topics"));
         assert!(err(&format!("name = \"a\"\n{base}topics_include = \"(\"")).contains("topics_include"));
         assert!(err("name = \"a\"\nbootstrap_servers = []\ntopics = [\"t\"]").contains("bootstrap"));
+    }
+
+    #[test]
+    fn sasl_settings_are_checked_and_the_password_is_redacted() {
+        let base = "name = \"a\"\nbootstrap_servers = [\"h:1\"]\ntopics = [\"t\"]\n";
+        let err = |t: &str| mirror(&format!("{base}{t}")).validate().unwrap_err().to_string();
+        assert!(err("sasl_username = \"u\"").contains("need security_protocol"));
+        assert!(err("security_protocol = \"sasl_plaintext\"").contains("needs sasl_mechanism"));
+        let sasl = "security_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n";
+        assert!(err(sasl).contains("needs sasl_username"));
+        assert!(err(&format!("{sasl}sasl_username = \"u\"")).contains("needs sasl_password"));
+        let both = format!("{sasl}sasl_username = \"u\"\nsasl_password = \"p\"\nsasl_password_file = \"/x\"");
+        assert!(err(&both).contains("exclusive"));
+        let file = mirror(&format!(
+            "{base}{sasl}sasl_username = \"u\"\nsasl_password_file = \"/etc/pw\""
+        ));
+        file.validate().unwrap();
+        assert_eq!(file.sasl_client().unwrap().password, Password::File("/etc/pw".into()));
+        assert!(err(&format!("{sasl}sasl_username = \"u\"\nsasl_password = \"***\"")).contains("placeholder"));
+        let ssl = toml::from_str::<MirrorConfig>(&format!("{base}security_protocol = \"ssl\""));
+        assert!(ssl.unwrap_err().to_string().contains("unknown variant `ssl`"));
+
+        let m = mirror(&format!(
+            "{base}{sasl}sasl_username = \"u\"\nsasl_password = \"hunter2\""
+        ));
+        m.validate().unwrap();
+        let client = m
+            .settings()
+            .connection
+            .sasl
+            .expect("SASL settings reach the data plane");
+        assert_eq!(
+            (client.mechanism, client.username.as_str()),
+            (Mechanism::ScramSha512, "u")
+        );
+        assert!(!format!("{m:?} {:?}", m.settings()).contains("hunter2"));
+        // Stored in clear (the agent's own state), answered redacted.
+        let stored = serde_json::to_string(&m).unwrap();
+        assert!(stored.contains("\"sasl_password\":\"hunter2\""), "{stored}");
+        let shown = serde_json::to_string(&m.redacted()).unwrap();
+        assert!(
+            shown.contains("\"sasl_password\":\"***\"") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        // Sent back as shown, the stored password stays.
+        let mut again = m.redacted();
+        again.keep_password_of(&m);
+        assert_eq!(again, m);
+        // A plaintext mirror's JSON is what it was before SASL existed.
+        let plain = mirror(base);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("sasl") && plain.settings().connection.sasl.is_none());
     }
 
     #[test]

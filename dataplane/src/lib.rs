@@ -5,6 +5,8 @@
 //! * [`log`] is the partition log in Kafka's on-disk format: segments,
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`serve`] is the Kafka-protocol listener clients read the logs through.
+//! * [`sasl`] is SASL authentication (PLAIN, SCRAM), ours to sources and
+//!   our listener's.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
 //! * [`failpoint`] kills the process at named points, for crash tests.
 //!
@@ -17,6 +19,7 @@ pub mod failpoint;
 pub mod fetch;
 pub mod lazy_alloc;
 pub mod log;
+pub mod sasl;
 pub mod serve;
 pub mod shard;
 pub mod wire;

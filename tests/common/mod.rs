@@ -1043,6 +1043,26 @@ pub fn run_agent_binary(config: &Path, log_path: &Path, env: &[(&str, &str)]) ->
     ChildGuard::spawn(&mut command, "ringmirror run").expect("start ringmirror run")
 }
 
+/// `cargo test` puts the build's dependencies on LD_LIBRARY_PATH, among
+/// them rdkafka-sys's freshly built librdkafka.so: kcat or confluent-kafka
+/// would load that (2.12) instead of their own (Debian's 2.0.2, the
+/// wheel's), and we would not be testing the clients users have. Children
+/// get LD_LIBRARY_PATH without the entries under the target directory.
+pub fn without_cargo_libraries(cmd: &mut Command) {
+    let Some(path) = std::env::var_os("LD_LIBRARY_PATH") else {
+        return;
+    };
+    // <target dir>/<profile>/deps/<this test>
+    let exe = std::env::current_exe().expect("test executable path");
+    let Some(target_dir) = exe.ancestors().nth(3) else {
+        return;
+    };
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|entry| !entry.starts_with(target_dir))
+        .collect();
+    cmd.env("LD_LIBRARY_PATH", std::env::join_paths(kept).expect("paths joined"));
+}
+
 /// What every agent process of the tests gets: info logs without colour
 /// into `log_path` (stderr), no crash point, no stdin or stdout.
 pub fn agent_process_setup(command: &mut Command, log_path: &Path) {
@@ -1170,5 +1190,67 @@ pub fn synced(report: &ringmirror_control::group_sync::GroupSyncReport, group: &
             (*committed, *unchanged)
         }
         other => panic!("{group}: {other:?} in {report:?}"),
+    }
+}
+
+/// Every log line the in-process agents of one test binary write, captured
+/// in memory so tests can look for lines and print them when they fail.
+pub mod logs {
+    use std::io::Write;
+    use std::sync::{Mutex, Once};
+
+    static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+    struct LogWriter;
+
+    impl Write for LogWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            LOGS.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Starts capturing with `filter` (an `EnvFilter`; the first call in a
+    /// binary wins); the guard prints the captured log if the test fails.
+    #[must_use]
+    pub fn capture(filter: &str) -> LogsOnFailure {
+        static INIT: Once = Once::new();
+        INIT.call_once(|| {
+            let _ = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(|| LogWriter)
+                .try_init();
+        });
+        LogsOnFailure
+    }
+
+    /// Everything captured so far (every test of the binary).
+    pub fn all() -> String {
+        String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// The captured lines holding every one of `needles`.
+    pub fn lines_with(needles: &[&str]) -> Vec<String> {
+        all()
+            .lines()
+            .filter(|line| needles.iter().all(|n| line.contains(n)))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Prints the captured log when the test holding it fails.
+    pub struct LogsOnFailure;
+
+    impl Drop for LogsOnFailure {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("captured log:\n{}", all());
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! One Kafka connection: framing, correlation ids, ApiVersions negotiation,
-//! whole-frame requests for small messages (typed by `kafka-protocol`, or
+//! SASL authentication (see [`super::sasl`]), whole-frame requests for small messages (typed by `kafka-protocol`, or
 //! encoded by hand for the APIs it does not know), and streaming access to
 //! the receive buffer for Fetch responses.
 //!
@@ -17,6 +17,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, Respon
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 use super::error::ClientError;
+use crate::sasl::SaslClientConfig;
 
 /// Receive buffer for everything but record bytes: response headers and
 /// small responses. Sized to hold a typical Metadata response in one read.
@@ -34,6 +35,8 @@ pub struct ConnectionOptions {
     pub io_timeout: Duration,
     /// The largest response frame accepted.
     pub max_response_bytes: usize,
+    /// SASL authentication after ApiVersions (`None`: PLAINTEXT).
+    pub sasl: Option<SaslClientConfig>,
 }
 
 impl Default for ConnectionOptions {
@@ -43,6 +46,7 @@ impl Default for ConnectionOptions {
             connect_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
             max_response_bytes: 256 * 1024 * 1024,
+            sasl: None,
         }
     }
 }
@@ -68,12 +72,15 @@ fn api_name(key: i16) -> &'static str {
         Ok(ApiKey::OffsetForLeaderEpoch) => "OffsetForLeaderEpoch",
         Ok(ApiKey::ApiVersions) => "ApiVersions",
         Ok(ApiKey::Produce) => "Produce",
+        Ok(ApiKey::SaslHandshake) => "SaslHandshake",
+        Ok(ApiKey::SaslAuthenticate) => "SaslAuthenticate",
         _ => "request",
     }
 }
 
 impl Connection {
-    /// Connects to `addr` and negotiates API versions.
+    /// Connects to `addr`, negotiates API versions and, configured so,
+    /// authenticates (SASL).
     pub async fn connect(addr: &str, options: ConnectionOptions) -> Result<Self, ClientError> {
         // Kafka clients fall back to ApiVersions v0-2 when a broker cannot
         // answer v3 (the librdkafka mock cluster sends a malformed v3 reply).
@@ -81,7 +88,12 @@ impl Connection {
         for version in [3, 2, 0] {
             let mut conn = Self::open(addr, options.clone()).await?;
             match conn.negotiate(version).await {
-                Ok(()) => return Ok(conn),
+                Ok(()) => {
+                    if let Some(sasl) = &options.sasl {
+                        super::sasl::authenticate(&mut conn, sasl).await?;
+                    }
+                    return Ok(conn);
+                }
                 Err(e @ ClientError::Io { .. }) => return Err(e),
                 Err(e) => {
                     tracing::debug!(addr, version, error = %e, "ApiVersions failed; trying an older version");
@@ -156,6 +168,12 @@ impl Connection {
 
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The options this connection was made with (for more connections
+    /// to the same cluster: same client id, timeouts and credentials).
+    pub fn options(&self) -> &ConnectionOptions {
+        &self.options
     }
 
     fn io_error(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> ClientError + use<> {

@@ -37,6 +37,21 @@ pub enum ClientError {
     },
     #[error("{addr}: {api} failed with error code {code}")]
     ErrorCode { addr: String, api: &'static str, code: i16 },
+    #[error("{addr}: the broker does not enable SASL mechanism {mechanism} (it enables: {enabled})")]
+    SaslMechanism {
+        addr: String,
+        mechanism: crate::sasl::Mechanism,
+        enabled: String,
+    },
+    /// Never carries the password: `reason` is the broker's message or
+    /// what our side of the exchange found wrong.
+    #[error("{addr}: SASL authentication failed ({mechanism} as user {username:?}): {reason}")]
+    SaslAuthentication {
+        addr: String,
+        mechanism: crate::sasl::Mechanism,
+        username: String,
+        reason: String,
+    },
 }
 
 impl ClientError {

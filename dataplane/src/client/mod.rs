@@ -1,7 +1,8 @@
 //! A Kafka protocol client on a glommio executor: connections with
 //! size-prefixed framing and correlation ids, ApiVersions negotiation, and
 //! the few requests the mirror needs (Metadata, ListOffsets,
-//! OffsetForLeaderEpoch, Fetch). Schemas come from the `kafka-protocol`
+//! OffsetForLeaderEpoch, Fetch), SASL (PLAIN, SCRAM) after ApiVersions.
+//! Schemas come from the `kafka-protocol`
 //! crate; Fetch responses are read as a stream (see [`crate::wire`]) so
 //! record bytes can go straight into the log.
 
@@ -10,6 +11,7 @@ mod error;
 pub mod error_codes;
 pub mod mirror_epochs;
 mod requests;
+mod sasl;
 
 pub use connection::{Connection, ConnectionOptions};
 pub use error::ClientError;

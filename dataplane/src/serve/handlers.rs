@@ -126,6 +126,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
         Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
+        Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
         Request::DescribeClusterMirrors(r) => {
             let body = describe_cluster_mirrors(&conn.mirror_reports.current(), &r);
             conn.respond_encoded(ServedApi::DescribeClusterMirrors, version, id, |buf| {

@@ -26,6 +26,8 @@ use super::handlers;
 use super::mirror_reports::MirrorReportsHandle;
 use super::registry::{ShardAccess, ShardLinks};
 use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
+use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
+use crate::sasl::SaslServerConfig;
 use crate::wire::EncodedFetchResponse;
 
 /// Kafka's `socket.request.max.bytes` default.
@@ -61,6 +63,8 @@ pub struct ListenerSettings {
     /// `connections.max.idle.ms`), so stalled clients do not hold sockets.
     pub connections_max_idle: Duration,
     pub accept: AcceptMode,
+    /// SASL authentication of every connection (`None`: PLAINTEXT).
+    pub sasl: Option<Arc<SaslServerConfig>>,
 }
 
 impl ListenerSettings {
@@ -71,6 +75,7 @@ impl ListenerSettings {
             zero_copy: true,
             connections_max_idle: CONNECTIONS_MAX_IDLE_DEFAULT,
             accept: AcceptMode::EachShard,
+            sasl: None,
         }
     }
 }
@@ -215,6 +220,8 @@ pub struct ClientConnection {
     pub acls: Arc<AclStore>,
     /// This connection's incremental fetch session, if the client made one.
     pub fetch_session: Option<FetchSession>,
+    /// Its SASL state and principal (`User:ANONYMOUS` without SASL).
+    pub auth: ConnectionAuth,
     copy_buffer: Vec<u8>,
 }
 
@@ -233,6 +240,7 @@ impl ClientConnection {
         // idle limit; a read timeout ends the connection.
         let _ = stream.set_read_timeout(Some(settings.connections_max_idle));
         let catalog = CatalogView::new(access.local.catalog());
+        let auth = ConnectionAuth::new(settings.sasl.as_ref());
         Self {
             stream,
             peer,
@@ -242,6 +250,7 @@ impl ClientConnection {
             mirror_reports,
             acls,
             fetch_session: None,
+            auth,
             copy_buffer: Vec::new(),
         }
     }
@@ -265,6 +274,20 @@ impl ClientConnection {
                     return;
                 }
             };
+            if !self.auth.is_open() {
+                if let Err(reason) = super::sasl::before_authentication(&mut self, frame).await {
+                    tracing::info!(
+                        peer = self.peer,
+                        reason,
+                        "closing client connection before authentication"
+                    );
+                    // As Kafka (connection.failed.authentication.delay.ms):
+                    // the client reads the answer before the close.
+                    glommio::timer::sleep(super::sasl::FAILED_AUTHENTICATION_CLOSE_DELAY).await;
+                    return;
+                }
+                continue;
+            }
             let result = match decode_request(frame) {
                 Ok((header, request)) => handlers::handle(&mut self, header, request).await,
                 Err(RequestError::UnsupportedVersion {
@@ -297,11 +320,17 @@ impl ClientConnection {
             .await
             .map_err(|e| format!("read request size: {e}"))?;
         let size = i32::from_be_bytes(size);
-        if size < REQUEST_HEADER_BYTES_MIN as i32 || size as usize > self.settings.max_request_bytes {
-            return Err(format!(
-                "request size {size} is outside [{REQUEST_HEADER_BYTES_MIN}, {}]",
-                self.settings.max_request_bytes
-            ));
+        // Before authentication frames are small (Kafka's
+        // sasl.server.max.receive.size), and a raw SASL token may be empty.
+        let (min, max) = match (self.auth.is_open(), self.auth.expects_raw_token()) {
+            (true, _) => (REQUEST_HEADER_BYTES_MIN, self.settings.max_request_bytes),
+            (false, raw) => (
+                if raw { 0 } else { REQUEST_HEADER_BYTES_MIN },
+                MAX_UNAUTHENTICATED_REQUEST_BYTES.min(self.settings.max_request_bytes),
+            ),
+        };
+        if size < min as i32 || size as usize > max {
+            return Err(format!("request size {size} is outside [{min}, {max}]"));
         }
         let mut frame = BytesMut::zeroed(size as usize);
         self.stream
@@ -309,6 +338,15 @@ impl ClientConnection {
             .await
             .map_err(|e| format!("read request of {size} bytes: {e}"))?;
         Ok(Some(frame.freeze()))
+    }
+
+    /// Sends a raw SASL token (after a v0 SaslHandshake): its size, then
+    /// its bytes.
+    pub(super) async fn send_raw_token(&mut self, token: &[u8]) -> std::io::Result<()> {
+        let mut frame = Vec::with_capacity(4 + token.len());
+        frame.extend_from_slice(&(token.len() as i32).to_be_bytes());
+        frame.extend_from_slice(token);
+        self.stream.write_all(&frame).await
     }
 
     /// Sends a response encoded by kafka-protocol.

@@ -13,6 +13,8 @@
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
 //! * [`acls`] — the ACL bindings the listener stores and serves
 //!   (DescribeAcls, CreateAcls, DeleteAcls; not enforced yet).
+//! * [`sasl`] — SASL authentication of connections (PLAIN, SCRAM), and
+//!   each connection's principal.
 
 pub mod acls;
 pub mod catalog;
@@ -24,6 +26,7 @@ pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;
 pub mod request;
+pub mod sasl;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};

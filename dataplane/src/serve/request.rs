@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::Decodable;
 
 use super::groups::api::GroupRequest;
+use super::sasl::SaslRequest;
 use crate::wire::describe_cluster_mirrors::{self, DescribeClusterMirrorsRequest};
 
 /// An API we serve, with Kafka's key as its value (`api as i16`). It is
@@ -55,6 +56,8 @@ pub enum ServedApi {
     DescribeShareGroupOffsets = ApiKey::DescribeShareGroupOffsets as i16,
     AlterShareGroupOffsets = ApiKey::AlterShareGroupOffsets as i16,
     DeleteShareGroupOffsets = ApiKey::DeleteShareGroupOffsets as i16,
+    SaslHandshake = ApiKey::SaslHandshake as i16,
+    SaslAuthenticate = ApiKey::SaslAuthenticate as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
 }
 
@@ -129,6 +132,9 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::DescribeShareGroupOffsets, 0, 0),
     (ServedApi::AlterShareGroupOffsets, 0, 0),
     (ServedApi::DeleteShareGroupOffsets, 0, 0),
+    // Advertised on every listener, as Kafka does (see `serve::sasl`).
+    (ServedApi::SaslHandshake, 0, 1),
+    (ServedApi::SaslAuthenticate, 0, 2),
     (
         ServedApi::DescribeClusterMirrors,
         describe_cluster_mirrors::VERSION,
@@ -167,6 +173,8 @@ pub enum Request {
     /// The group coordinator's APIs.
     Group(GroupRequest),
     DescribeClusterMirrors(DescribeClusterMirrorsRequest),
+    /// SaslHandshake and SaslAuthenticate (see `serve::sasl`).
+    Sasl(SaslRequest),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -298,6 +306,8 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::DeleteShareGroupOffsets => Request::Group(GroupRequest::DeleteShareGroupOffsets(
             decode(body, version).map_err(malformed)?,
         )),
+        ApiKey::SaslHandshake => Request::Sasl(SaslRequest::Handshake(decode(body, version).map_err(malformed)?)),
+        ApiKey::SaslAuthenticate => Request::Sasl(SaslRequest::Authenticate(decode(body, version).map_err(malformed)?)),
         api => return Err(RequestError::UnsupportedApi { api, correlation_id }),
     };
     Ok((header, request))
@@ -462,6 +472,8 @@ mod tests {
             }
             ServedApi::AlterShareGroupOffsets => frame(api, version, &km::AlterShareGroupOffsetsRequest::default()),
             ServedApi::DeleteShareGroupOffsets => frame(api, version, &km::DeleteShareGroupOffsetsRequest::default()),
+            ServedApi::SaslHandshake => frame(api, version, &km::SaslHandshakeRequest::default()),
+            ServedApi::SaslAuthenticate => frame(api, version, &km::SaslAuthenticateRequest::default()),
             ServedApi::DescribeClusterMirrors => mirrors_frame(&DescribeClusterMirrorsRequest::default()),
         }
     }
