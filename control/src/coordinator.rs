@@ -1700,10 +1700,9 @@ impl Core {
             groups_synced_ms: m.group_sync.as_ref().map(|(at, _)| *at),
             groups: m
                 .group_sync
-                .iter()
-                .flat_map(|(_, report)| &report.groups)
-                .map(|(group, outcome)| (group.clone(), describe_outcome(outcome)))
-                .collect(),
+                .as_ref()
+                .map(|(_, report)| describe_group_sync(report))
+                .unwrap_or_default(),
         })
     }
 
@@ -1797,6 +1796,21 @@ fn describe_acl_sync(report: &AclSyncReport) -> String {
 }
 
 /// One line for `mirror describe` about a group's last sync.
+/// A line per group for `mirror describe`: each synced group's outcome,
+/// and the names the source itself lists as two group types (skipped).
+fn describe_group_sync(report: &GroupSyncReport) -> BTreeMap<String, String> {
+    let conflicts = report.type_conflicts.iter().map(|group| {
+        let line = "skipped: the source lists it as both a consumer group and a share group".to_string();
+        (group.clone(), line)
+    });
+    report
+        .groups
+        .iter()
+        .map(|(group, outcome)| (group.clone(), describe_outcome(outcome)))
+        .chain(conflicts)
+        .collect()
+}
+
 fn describe_outcome(outcome: &GroupOutcome) -> String {
     match outcome {
         GroupOutcome::Synced {
@@ -1870,4 +1884,30 @@ async fn source_metadata(m: &mut Mirror) -> Result<SourceMetadata, ClientError> 
     let topics = m.selection.request_topics();
     let conn = connection(m).await?;
     fetch_source_metadata(conn, topics.as_deref()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_shows_every_group_and_the_source_s_own_type_conflicts() {
+        let mut report = GroupSyncReport::default();
+        report.groups.insert(
+            "c1".into(),
+            GroupOutcome::Synced {
+                committed: 2,
+                unchanged: 1,
+                refused: BTreeMap::new(),
+            },
+        );
+        report.type_conflicts.insert("dual".into());
+        let lines = describe_group_sync(&report);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines["c1"], "synced: 2 committed, 1 unchanged");
+        assert!(
+            lines["dual"].contains("both a consumer group and a share group"),
+            "{lines:?}"
+        );
+    }
 }
