@@ -199,6 +199,7 @@ fn listener_settings(
         connections_max_idle: Duration::from_millis(config.connections_max_idle_ms),
         accept: config.accept,
         sasl: None,
+        authorizer: config.authorizer_settings(),
     };
     Ok((settings, identity, reservation))
 }

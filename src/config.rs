@@ -13,6 +13,8 @@
 //! address = "0.0.0.0:9092"
 //! advertised_host = "mirror-1.example.com"
 //! sasl_mechanisms = ["SCRAM-SHA-256"]   # optional: clients must authenticate
+//! authorizer = "acl"              # optional: enforce the ACLs (default "none")
+//! super_users = ["User:admin"]
 //! [[listener.users]]
 //! name = "reader"
 //! password = "..."
@@ -110,6 +112,18 @@ pub struct ListenerConfig {
     /// A TOML file with more `[[users]]` (name, password), read at start.
     #[serde(default)]
     pub users_file: Option<PathBuf>,
+    /// "none" (the default: ACLs are stored and served, not enforced) or
+    /// "acl" (enforced, Kafka's StandardAuthorizer semantics; needs SASL).
+    #[serde(default)]
+    pub authorizer: ringmirror_dataplane::serve::AuthorizerMode,
+    /// Principals (`User:name`) allowed everything (Kafka's `super.users`).
+    /// The agent's own principal always is.
+    #[serde(default)]
+    pub super_users: Vec<String>,
+    /// Kafka's `allow.everyone.if.no.acl.found`: whether a resource no ACL
+    /// names is open to everyone.
+    #[serde(default)]
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// A user of the listener's SASL authentication. SCRAM credentials are
@@ -171,7 +185,39 @@ impl ListenerConfig {
             anyhow::ensure!(has_users, "[listener] sasl_mechanisms need users (or a users_file)");
             self.sasl_users()?;
         }
+        self.validate_authorizer()
+    }
+
+    fn validate_authorizer(&self) -> anyhow::Result<()> {
+        use ringmirror_dataplane::serve::AuthorizerMode;
+        if self.authorizer == AuthorizerMode::None {
+            anyhow::ensure!(
+                self.super_users.is_empty() && !self.allow_everyone_if_no_acl_found,
+                "[listener] super_users and allow_everyone_if_no_acl_found need authorizer = \"acl\""
+            );
+            return Ok(());
+        }
+        anyhow::ensure!(
+            !self.sasl_mechanisms.is_empty(),
+            "[listener] authorizer = \"acl\" needs sasl_mechanisms: without SASL every client, \
+             the agent's own sync included, is User:ANONYMOUS"
+        );
+        for u in &self.super_users {
+            anyhow::ensure!(
+                u.split_once(':').is_some_and(|(t, n)| !t.is_empty() && !n.is_empty()),
+                "[listener] super user {u:?} is not a principal of the form Type:name (User:admin)"
+            );
+        }
         Ok(())
+    }
+
+    /// The authorizer's settings.
+    pub fn authorizer_settings(&self) -> ringmirror_dataplane::serve::AuthorizerSettings {
+        ringmirror_dataplane::serve::AuthorizerSettings {
+            mode: self.authorizer,
+            super_users: self.super_users.clone(),
+            allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        }
     }
 }
 
@@ -330,6 +376,39 @@ mod tests {
         );
         assert!(
             err("sasl_mechanisms = [\"PLAIN\"]\nusers_file = \"/nonexistent\"").contains("users_file /nonexistent")
+        );
+    }
+
+    #[test]
+    fn listener_authorizer_settings() {
+        use ringmirror_dataplane::serve::AuthorizerMode;
+        assert_eq!(
+            format!("User:{AGENT_SASL_USER}"),
+            ringmirror_dataplane::serve::authorizer::AGENT_PRINCIPAL
+        );
+        let base = "data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"\n";
+        let sasl = "sasl_mechanisms = [\"PLAIN\"]\n";
+        let user = "[[listener.users]]\nname = \"a\"\npassword = \"p\"\n";
+        let l = AgentConfig::parse(base).unwrap().listener.unwrap();
+        assert_eq!(l.authorizer, AuthorizerMode::None);
+        assert!(l.super_users.is_empty() && !l.allow_everyone_if_no_acl_found);
+        let c = AgentConfig::parse(&format!(
+            "{base}{sasl}authorizer = \"acl\"\nsuper_users = [\"User:admin\"]\nallow_everyone_if_no_acl_found = true\n{user}"
+        ))
+        .unwrap();
+        let s = c.listener.unwrap().authorizer_settings();
+        assert_eq!(s.mode, AuthorizerMode::Acl);
+        assert_eq!(s.super_users, ["User:admin"]);
+        assert!(s.allow_everyone_if_no_acl_found);
+        let err = |t: &str| format!("{:#}", AgentConfig::parse(&format!("{base}{t}")).unwrap_err());
+        assert!(err("authorizer = \"acl\"").contains("needs sasl_mechanisms"));
+        assert!(err("authorizer = \"ranger\"").contains("unknown variant"));
+        assert!(err("super_users = [\"User:admin\"]").contains("need authorizer"));
+        assert!(
+            err(&format!(
+                "{sasl}authorizer = \"acl\"\nsuper_users = [\"admin\"]\n{user}"
+            ))
+            .contains("Type:name")
         );
     }
 

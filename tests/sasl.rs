@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -37,7 +37,7 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest, CreateTopicsResponse, DescribeAclsResponse,
     GroupId, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+    SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -149,33 +149,7 @@ fn listener(agent: &Agent) -> String {
 /// A [`KafkaConnection`] authenticated as `user` with `mechanism`; the
 /// broker's error message on failure.
 fn sasl_connect(addr: &str, mechanism: Mechanism, user: &str, password: &str) -> Result<KafkaConnection, String> {
-    let mut conn = KafkaConnection::connect(addr, IO_TIMEOUT).map_err(|e| e.to_string())?;
-    let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
-    let r: SaslHandshakeResponse = conn
-        .request(ApiKey::SaslHandshake as i16, 1, &handshake)
-        .map_err(|e| e.to_string())?;
-    if r.error_code != 0 {
-        return Err(format!("SaslHandshake: error code {}", r.error_code));
-    }
-    let (mut exchange, mut token) =
-        ClientExchange::start(mechanism, user, &Secret::new(password)).map_err(|e| e.to_string())?;
-    loop {
-        let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
-        let r: SaslAuthenticateResponse = conn
-            .request(ApiKey::SaslAuthenticate as i16, 2, &request)
-            .map_err(|e| e.to_string())?;
-        if r.error_code != 0 {
-            return Err(format!(
-                "error code {}: {}",
-                r.error_code,
-                r.error_message.as_deref().unwrap_or_default()
-            ));
-        }
-        match exchange.step(&r.auth_bytes)? {
-            ClientStep::Send(next) => token = next,
-            ClientStep::Done => return Ok(conn),
-        }
-    }
+    common::sasl_connect(addr, mechanism, user, password, IO_TIMEOUT)
 }
 
 fn alice(addr: &str) -> KafkaConnection {
@@ -256,42 +230,11 @@ fn ends_arg(ends: &BTreeMap<i32, i64>) -> String {
 // Child processes: kcat, the Python clients, our CLI
 // ---------------------------------------------------------------------------
 
-struct Output {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
+type Output = common::ClientOutput;
 
 /// Runs `cmd` to its end (killed, and the test failed, after CLIENT_TIMEOUT).
-fn run(mut cmd: Command, what: &str) -> Output {
-    common::without_cargo_libraries(&mut cmd);
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = common::ChildGuard::spawn(&mut cmd, what).unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let out = drain(child.child().stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = drain(child.child().stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let started = Instant::now();
-    let Some(status) = child.wait_timeout(CLIENT_TIMEOUT) else {
-        child.kill();
-        panic!(
-            "{what} did not finish within {CLIENT_TIMEOUT:?}: {}",
-            err.join().unwrap_or_default()
-        );
-    };
-    eprintln!("{what}: {status} after {:.1?}", started.elapsed());
-    Output {
-        status,
-        stdout: out.join().expect("stdout"),
-        stderr: err.join().expect("stderr"),
-    }
+fn run(cmd: Command, what: &str) -> Output {
+    common::run_client(cmd, what, "", CLIENT_TIMEOUT)
 }
 
 fn kcat(addr: &str, mechanism: &str, user: &str, password: &str, args: &[&str]) -> Output {

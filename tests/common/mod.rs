@@ -1254,3 +1254,89 @@ pub mod logs {
         }
     }
 }
+
+/// A [`KafkaConnection`] authenticated (SaslHandshake v1, framed
+/// SaslAuthenticate v2) as `user` with `mechanism`; the broker's error
+/// message on failure.
+pub fn sasl_connect(
+    addr: &str,
+    mechanism: ringmirror_dataplane::sasl::Mechanism,
+    user: &str,
+    password: &str,
+    timeout: Duration,
+) -> Result<KafkaConnection, String> {
+    use kafka_protocol::messages::{
+        ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    };
+    use ringmirror_dataplane::sasl::{ClientExchange, ClientStep, Secret};
+    let mut conn = KafkaConnection::connect(addr, timeout).map_err(|e| e.to_string())?;
+    let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
+    let r: SaslHandshakeResponse = conn
+        .request(ApiKey::SaslHandshake as i16, 1, &handshake)
+        .map_err(|e| e.to_string())?;
+    if r.error_code != 0 {
+        return Err(format!("SaslHandshake: error code {}", r.error_code));
+    }
+    let (mut exchange, mut token) =
+        ClientExchange::start(mechanism, user, &Secret::new(password)).map_err(|e| e.to_string())?;
+    loop {
+        let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+        let r: SaslAuthenticateResponse = conn
+            .request(ApiKey::SaslAuthenticate as i16, 2, &request)
+            .map_err(|e| e.to_string())?;
+        if r.error_code != 0 {
+            return Err(format!(
+                "error code {}: {}",
+                r.error_code,
+                r.error_message.as_deref().unwrap_or_default()
+            ));
+        }
+        match exchange.step(&r.auth_bytes)? {
+            ClientStep::Send(next) => token = next,
+            ClientStep::Done => return Ok(conn),
+        }
+    }
+}
+
+/// What a client process printed, and how it ended.
+pub struct ClientOutput {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` (stdin `input`) to its end; killed, and the test failed,
+/// after `timeout`.
+pub fn run_client(mut cmd: Command, what: &str, input: &str, timeout: Duration) -> ClientOutput {
+    without_cargo_libraries(&mut cmd);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = ChildGuard::spawn(&mut cmd, what).unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    if let Some(mut stdin) = child.child().stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let out = drain(child.child().stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = drain(child.child().stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let started = Instant::now();
+    let Some(status) = child.wait_timeout(timeout) else {
+        child.kill();
+        panic!(
+            "{what} did not finish within {timeout:?}: {}",
+            err.join().unwrap_or_default()
+        );
+    };
+    eprintln!("{what}: {status} after {:.1?}", started.elapsed());
+    ClientOutput {
+        status,
+        stdout: out.join().expect("stdout"),
+        stderr: err.join().expect("stderr"),
+    }
+}

@@ -27,17 +27,20 @@
 //!   elements matches nothing (Kafka refuses it; see
 //!   [`describe_acls_response`]).
 //!
-//! **Stored and served, not enforced.** The listener has no authentication
-//! yet: every client is `User:ANONYMOUS` and may do anything, whatever the
-//! ACLs say, including change them. They are kept so that a mirror holds
-//! the source's ACLs (metadata sync, `ringmirror_control::acl_sync`) and
-//! has them in place for the day the listener authenticates and authorizes.
+//! **Enforced when `[listener] authorizer = "acl"`** (see
+//! [`super::authorizer`], Kafka's `StandardAuthorizer` semantics, with the
+//! principal SASL authenticated, `User:ANONYMOUS` without SASL). With
+//! `authorizer = "none"` (the default) they are stored and served only and
+//! every client may do anything, including change them. Either way a
+//! mirror holds the source's ACLs (metadata sync,
+//! `ringmirror_control::acl_sync`).
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
@@ -569,6 +572,9 @@ fn str(s: &str) -> StrBytes {
 /// documentation). Cheap to share: put it in an `Arc`.
 pub struct AclStore {
     inner: Mutex<StoreInner>,
+    /// Bumped by every change (under the lock), so that readers holding a
+    /// snapshot (the authorizer's, per shard) know when to take a new one.
+    generation: AtomicU64,
 }
 
 struct StoreInner {
@@ -607,6 +613,7 @@ impl AclStore {
         tracing::debug!(dir = %dir.display(), acls = bindings.len(), "ACL store opened");
         Ok(Self {
             inner: Mutex::new(StoreInner { log, bindings }),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -620,6 +627,18 @@ impl AclStore {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The number of changes made so far (see [`Self::snapshot`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Every binding, with the generation they are current at.
+    pub fn snapshot(&self) -> (u64, Arc<Vec<AclBinding>>) {
+        let inner = self.lock();
+        let generation = self.generation.load(Ordering::Acquire);
+        (generation, Arc::new(inner.bindings.iter().cloned().collect()))
     }
 
     /// Every binding `filter` matches, in order (by resource, then entry).
@@ -653,6 +672,7 @@ impl AclStore {
         let added = new.len();
         let new: Vec<AclBinding> = new.into_iter().cloned().collect();
         inner.bindings.extend(new);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(added)
     }
 
@@ -681,6 +701,7 @@ impl AclStore {
         for b in gone {
             inner.bindings.remove(b);
         }
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(matched)
     }
 }

@@ -285,9 +285,27 @@ pub async fn handle_fetch(
         }
     };
     let catalog = conn.catalog.get();
-    let owners: Vec<Option<(usize, TopicPartition)>> = targets
+    // READ on each topic (Kafka's KafkaApis.handleFetch): a topic named
+    // and not readable is TOPIC_AUTHORIZATION_FAILED whether it exists or
+    // not; one asked by id is UNKNOWN_TOPIC_ID unless it exists.
+    let denied: Vec<bool> = targets
         .iter()
         .map(|t| {
+            use super::acls::{AclOperation, ResourceType};
+            let name = match &t.topic {
+                TopicKeyOwned::Name(name) => Some(name.as_str()),
+                TopicKeyOwned::Id(id) => catalog.topic_by_id(id).map(|e| e.name.as_str()),
+            };
+            name.is_some_and(|n| !conn.authorized(AclOperation::Read, ResourceType::Topic, n))
+        })
+        .collect();
+    let owners: Vec<Option<(usize, TopicPartition)>> = targets
+        .iter()
+        .zip(&denied)
+        .map(|(t, &denied)| {
+            if denied {
+                return None;
+            }
             let entry = match &t.topic {
                 TopicKeyOwned::Name(name) => catalog.topic(name),
                 TopicKeyOwned::Id(id) => catalog.topic_by_id(id),
@@ -320,10 +338,15 @@ pub async fn handle_fetch(
         let answers: Vec<PartitionAnswer> = targets
             .iter()
             .zip(&owners)
-            .map(|(t, o)| {
+            .zip(&denied)
+            .map(|((t, o), &denied)| {
                 let answer = o.as_ref().and_then(|_| read.next().flatten());
                 let mut answer = answer.unwrap_or_else(|| PartitionAnswer {
-                    error_code: unknown,
+                    error_code: if denied {
+                        ec::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        unknown
+                    },
                     high_watermark: -1,
                     last_stable_offset: -1,
                     log_start_offset: -1,

@@ -4,11 +4,16 @@
 //! `acls.rs`), DescribeClusterMirrors; Produce,
 //! CreateTopics and InitProducerId are in `write.rs`. Partition facts come
 //! from the owning shard's log through `ShardAccess::query`; mirror facts
-//! from the control plane's reports.
+//! from the control plane's reports. With `[listener] authorizer = "acl"`
+//! each request is authorized here first (see `authorizer.rs`).
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_acls_response::AclCreationResult;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
@@ -17,14 +22,16 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeAclsRequest, DescribeAclsResponse,
-    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, RequestHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateAclsResponse, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, RequestHeader,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::acls::{AclOperation, ResourceType};
 use super::catalog::Catalog;
 use super::fetch;
 use super::listener::ClientConnection;
@@ -72,12 +79,49 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::Metadata, version, id, &body).await
         }
         Request::Fetch(r) => fetch::handle_fetch(conn, version, id, r).await,
-        Request::ListOffsets(r) => {
-            let body = list_offsets(conn, version, r).await;
+        Request::ListOffsets(mut r) => {
+            // DESCRIBE on each topic (Kafka's handleListOffsetRequest).
+            let denied = take_unauthorized(conn, &mut r.topics, AclOperation::Describe, |t| &t.name.0);
+            let mut body = list_offsets(conn, version, r).await;
+            body.topics.extend(denied.into_iter().map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        ListOffsetsPartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+                            .with_timestamp(-1)
+                            .with_offset(-1)
+                            .with_leader_epoch(-1)
+                    })
+                    .collect();
+                ListOffsetsTopicResponse::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions)
+            }));
             conn.respond(ApiKey::ListOffsets, version, id, &body).await
         }
-        Request::OffsetForLeaderEpoch(r) => {
-            let body = offset_for_leader_epoch(conn, r).await;
+        Request::OffsetForLeaderEpoch(mut r) => {
+            // DESCRIBE on each topic (Kafka's handleOffsetForLeaderEpochRequest).
+            let denied = take_unauthorized(conn, &mut r.topics, AclOperation::Describe, |t| &t.topic.0);
+            let mut body = offset_for_leader_epoch(conn, r).await;
+            body.topics.extend(denied.into_iter().map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        EpochEndOffset::default()
+                            .with_partition(p.partition)
+                            .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+                            .with_leader_epoch(-1)
+                            .with_end_offset(-1)
+                    })
+                    .collect();
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(t.topic)
+                    .with_partitions(partitions)
+            }));
             conn.respond(ApiKey::OffsetForLeaderEpoch, version, id, &body).await
         }
         Request::DescribeCluster(r) => {
@@ -89,52 +133,154 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::DescribeConfigs, version, id, &body).await
         }
         Request::DescribeAcls(r) => {
-            let body = describe_acls(&conn.acls, &r);
+            // DESCRIBE on the cluster (Kafka's AclApis.handleDescribeAcls).
+            let body = if conn.authorized_cluster(AclOperation::Describe) {
+                describe_acls(&conn.acls, &r)
+            } else {
+                DescribeAclsResponse::default()
+                    .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(str("Cluster authorization failed.")))
+            };
             conn.respond(ApiKey::DescribeAcls, version, id, &body).await
         }
         Request::CreateAcls(r) => {
-            let body = super::acls::create_acls_response(&conn.acls, &r);
+            // ALTER on the cluster (Kafka's AclApis.handleCreateAcls).
+            let body = if conn.authorized_cluster(AclOperation::Alter) {
+                super::acls::create_acls_response(&conn.acls, &r)
+            } else {
+                let results = r
+                    .creations
+                    .iter()
+                    .map(|_| {
+                        AclCreationResult::default()
+                            .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
+                            .with_error_message(Some(str("Cluster authorization failed.")))
+                    })
+                    .collect();
+                CreateAclsResponse::default().with_results(results)
+            };
             conn.respond(ApiKey::CreateAcls, version, id, &body).await
         }
         Request::DeleteAcls(r) => {
-            let body = super::acls::delete_acls_response(&conn.acls, &r);
+            // ALTER on the cluster (Kafka's AclApis.handleDeleteAcls).
+            let body = if conn.authorized_cluster(AclOperation::Alter) {
+                super::acls::delete_acls_response(&conn.acls, &r)
+            } else {
+                let results = r
+                    .filters
+                    .iter()
+                    .map(|_| {
+                        DeleteAclsFilterResult::default()
+                            .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
+                            .with_error_message(Some(str("Cluster authorization failed.")))
+                    })
+                    .collect();
+                DeleteAclsResponse::default().with_filter_results(results)
+            };
             conn.respond(ApiKey::DeleteAcls, version, id, &body).await
         }
-        Request::Produce(r) => {
+        Request::Produce(mut r) => {
             let acks = r.acks;
             if !matches!(acks, -1..=1) {
                 let body = write::refuse_produce(&r, version, ec::INVALID_REQUIRED_ACKS);
                 return conn.respond(ApiKey::Produce, version, id, &body).await;
             }
-            let body = write::produce(conn, version, r).await;
+            // WRITE on each topic (Kafka's handleProduceRequest);
+            // transactional produce is refused below (no transactions).
+            let denied = take_unauthorized(conn, &mut r.topic_data, AclOperation::Write, |t| &t.name.0);
+            let mut body = write::produce(conn, version, r).await;
+            if !denied.is_empty() {
+                let refused = ProduceRequest::default().with_topic_data(denied);
+                let refused = write::refuse_produce(&refused, version, ec::TOPIC_AUTHORIZATION_FAILED);
+                body.responses.extend(refused.responses);
+            }
             // acks=0: the client expects no response at all.
             if acks == 0 {
                 return Ok(());
             }
             conn.respond(ApiKey::Produce, version, id, &body).await
         }
-        Request::CreateTopics(r) => {
-            let body = write::create_topics(conn, version, r).await;
+        Request::CreateTopics(mut r) => {
+            // CREATE on the cluster or on each topic (Kafka's
+            // handleCreateTopicsRequest).
+            let denied = if conn.authorized_cluster(AclOperation::Create) {
+                Vec::new()
+            } else {
+                take_unauthorized(conn, &mut r.topics, AclOperation::Create, |t| &t.name.0)
+            };
+            let mut body = write::create_topics(conn, version, r).await;
+            body.topics.extend(denied.into_iter().map(|t| {
+                CreatableTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(str("Authorization failed.")))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            }));
             conn.respond(ApiKey::CreateTopics, version, id, &body).await
         }
-        Request::CreatePartitions(r) => {
-            let body = write::create_partitions(conn, r).await;
+        Request::CreatePartitions(mut r) => {
+            // ALTER on each topic (Kafka's handleCreatePartitionsRequest).
+            let denied = take_unauthorized(conn, &mut r.topics, AclOperation::Alter, |t| &t.name.0);
+            let mut body = write::create_partitions(conn, r).await;
+            body.results.extend(denied.into_iter().map(|t| {
+                CreatePartitionsTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(str("Authorization failed.")))
+            }));
             conn.respond(ApiKey::CreatePartitions, version, id, &body).await
         }
         Request::InitProducerId(r) => {
-            let body = write::init_producer_id(conn, &r);
+            // Idempotent producers: IDEMPOTENT_WRITE on the cluster or
+            // WRITE on some topic (Kafka's handleInitProducerIdRequest);
+            // transactional ids are refused by `init_producer_id`.
+            let body = if r.transactional_id.is_none() && !conn.authorized_idempotent_write() {
+                InitProducerIdResponse::default()
+                    .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                    .with_producer_epoch(-1)
+            } else {
+                write::init_producer_id(conn, &r)
+            };
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
         Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
         Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
         Request::DescribeClusterMirrors(r) => {
-            let body = describe_cluster_mirrors(&conn.mirror_reports.current(), &r);
+            // Ours, not Kafka's: DESCRIBE on the cluster.
+            let body = if conn.authorized_cluster(AclOperation::Describe) {
+                describe_cluster_mirrors(&conn.mirror_reports.current(), &r)
+            } else {
+                DescribeClusterMirrorsResponse {
+                    error_code: ec::CLUSTER_AUTHORIZATION_FAILED,
+                    ..Default::default()
+                }
+            };
             conn.respond_encoded(ServedApi::DescribeClusterMirrors, version, id, |buf| {
                 body.encode(buf).map_err(|e| e.to_string())
             })
             .await
         }
     }
+}
+
+/// Takes the items of `items` (topics of a request) whose topic the
+/// connection may not `operation`, keeping the others in order.
+fn take_unauthorized<T>(
+    conn: &ClientConnection,
+    items: &mut Vec<T>,
+    operation: AclOperation,
+    name: impl Fn(&T) -> &str,
+) -> Vec<T> {
+    if !conn.authz_restricted() {
+        return Vec::new();
+    }
+    let (allowed, denied) = std::mem::take(items)
+        .into_iter()
+        .partition(|t| conn.authorized(operation, ResourceType::Topic, name(t)));
+    *items = allowed;
+    denied
 }
 
 fn str(s: &str) -> StrBytes {
@@ -201,6 +347,23 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
             })
             .collect(),
     };
+    // DESCRIBE on each topic (Kafka's KafkaApis.handleTopicMetadataRequest):
+    // a listing of all topics leaves out the others; a topic asked for by
+    // name or id is answered TOPIC_AUTHORIZATION_FAILED.
+    let describable = |name: &str| conn.authorized(AclOperation::Describe, ResourceType::Topic, name);
+    let (wanted, denied): (Vec<_>, Vec<_>) = if request.topics.is_none() {
+        (
+            wanted
+                .into_iter()
+                .filter(|(n, _)| n.as_deref().is_some_and(describable))
+                .collect(),
+            Vec::new(),
+        )
+    } else {
+        wanted
+            .into_iter()
+            .partition(|(n, _)| n.as_deref().is_none_or(describable))
+    };
     let mut items = Vec::new();
     for (name, _) in &wanted {
         if let Some(entry) = name.as_deref().and_then(|n| catalog.topic(n)) {
@@ -211,6 +374,15 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
     }
     let epochs = conn.access.query(items.clone(), leader_epoch).await;
     let epoch_of = |tp: &TopicPartition| items.iter().position(|(_, t, _)| t == tp).and_then(|i| epochs[i]);
+    let denied = denied.into_iter().map(|(name, id)| {
+        // Asked by id: the name is not told.
+        let by_id = id.is_some();
+        MetadataResponseTopic::default()
+            .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+            .with_name(name.filter(|_| !by_id).map(|n| TopicName(str(&n))))
+            .with_topic_id(Uuid::from_bytes(id.filter(|_| version >= 10).unwrap_or_default()))
+            .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+    });
     let topics = wanted
         .into_iter()
         .map(|(name, id)| {
@@ -250,6 +422,7 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
                 .with_partitions(partitions)
                 .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
         })
+        .chain(denied)
         .collect();
     MetadataResponse::default()
         .with_brokers(vec![broker(&catalog)])
@@ -562,6 +735,25 @@ async fn describe_configs(conn: &mut ClientConnection, request: DescribeConfigsR
         let result = DescribeConfigsResult::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
+        // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker
+        // (Kafka's ConfigHelper / handleDescribeConfigsRequest).
+        let denied = match resource.resource_type {
+            RESOURCE_TOPIC if !conn.authorized(AclOperation::DescribeConfigs, ResourceType::Topic, &name) => {
+                Some(ec::TOPIC_AUTHORIZATION_FAILED)
+            }
+            RESOURCE_BROKER if !conn.authorized_cluster(AclOperation::DescribeConfigs) => {
+                Some(ec::CLUSTER_AUTHORIZATION_FAILED)
+            }
+            _ => None,
+        };
+        if let Some(code) = denied {
+            results.push(
+                result
+                    .with_error_code(code)
+                    .with_error_message(Some(str("Authorization failed."))),
+            );
+            continue;
+        }
         let configs = match resource.resource_type {
             RESOURCE_TOPIC => {
                 let Some(topic) = catalog.topic(&name) else {

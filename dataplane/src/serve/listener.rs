@@ -19,7 +19,8 @@ use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
-use super::acls::AclStore;
+use super::acls::{AclOperation, AclStore, ResourceType};
+use super::authorizer::{AuthorizerSettings, ShardAuthorizer};
 use super::catalog::CatalogView;
 use super::fetch::FetchSession;
 use super::handlers;
@@ -65,6 +66,8 @@ pub struct ListenerSettings {
     pub accept: AcceptMode,
     /// SASL authentication of every connection (`None`: PLAINTEXT).
     pub sasl: Option<Arc<SaslServerConfig>>,
+    /// ACL enforcement (off by default).
+    pub authorizer: AuthorizerSettings,
 }
 
 impl ListenerSettings {
@@ -76,6 +79,7 @@ impl ListenerSettings {
             connections_max_idle: CONNECTIONS_MAX_IDLE_DEFAULT,
             accept: AcceptMode::EachShard,
             sasl: None,
+            authorizer: AuthorizerSettings::default(),
         }
     }
 }
@@ -125,6 +129,7 @@ pub async fn run_listener(
     acls: Arc<AclStore>,
     tasks: Rc<ServeTasks>,
 ) {
+    let authz = Rc::new(ShardAuthorizer::new(settings.authorizer.clone(), Arc::clone(&acls)));
     let settings = Rc::new(settings);
     loop {
         match listener.accept().await {
@@ -135,6 +140,7 @@ pub async fn run_listener(
                     access.clone(),
                     Arc::clone(&mirror_reports),
                     Arc::clone(&acls),
+                    Rc::clone(&authz),
                 );
                 tasks.spawn(conn.serve());
             }
@@ -175,6 +181,7 @@ pub async fn serve_handed_off(
     acls: Arc<AclStore>,
     tasks: Rc<ServeTasks>,
 ) {
+    let authz = Rc::new(ShardAuthorizer::new(settings.authorizer.clone(), Arc::clone(&acls)));
     let settings = Rc::new(settings);
     while let Ok(stream) = handed.recv().await {
         let conn = ClientConnection::new(
@@ -183,6 +190,7 @@ pub async fn serve_handed_off(
             access.clone(),
             Arc::clone(&mirror_reports),
             Arc::clone(&acls),
+            Rc::clone(&authz),
         );
         tasks.spawn(conn.serve());
     }
@@ -218,6 +226,8 @@ pub struct ClientConnection {
     pub mirror_reports: Arc<MirrorReportsHandle>,
     /// The agent's ACLs (DescribeAcls, CreateAcls, DeleteAcls).
     pub acls: Arc<AclStore>,
+    /// This shard's authorizer.
+    pub authz: Rc<ShardAuthorizer>,
     /// This connection's incremental fetch session, if the client made one.
     pub fetch_session: Option<FetchSession>,
     /// Its SASL state and principal (`User:ANONYMOUS` without SASL).
@@ -232,6 +242,7 @@ impl ClientConnection {
         access: ShardAccess,
         mirror_reports: Arc<MirrorReportsHandle>,
         acls: Arc<AclStore>,
+        authz: Rc<ShardAuthorizer>,
     ) -> Self {
         let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
         // Responses are written whole; Nagle would only delay them.
@@ -249,6 +260,7 @@ impl ClientConnection {
             catalog,
             mirror_reports,
             acls,
+            authz,
             fetch_session: None,
             auth,
             copy_buffer: Vec::new(),
@@ -261,6 +273,45 @@ impl ClientConnection {
             Some((host, _)) => format!("/{}", host.trim_start_matches('[').trim_end_matches(']')),
             None => self.peer.clone(),
         }
+    }
+
+    /// The client's IP address, as ACL hosts name it.
+    pub fn peer_ip(&self) -> &str {
+        match self.peer.rsplit_once(':') {
+            Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']'),
+            None => &self.peer,
+        }
+    }
+
+    /// Whether ACLs are enforced against this connection's principal (an
+    /// authorizer is on and the principal is not a super user).
+    pub fn authz_restricted(&self) -> bool {
+        !self.authz.is_super(self.auth.principal())
+    }
+
+    /// Whether this connection's principal may do `operation` on the
+    /// resource (always, without an authorizer).
+    pub fn authorized(&self, operation: AclOperation, resource_type: ResourceType, name: &str) -> bool {
+        self.authz
+            .authorize(self.auth.principal(), self.peer_ip(), operation, resource_type, name)
+    }
+
+    /// [`Self::authorized`] on the cluster resource.
+    pub fn authorized_cluster(&self, operation: AclOperation) -> bool {
+        self.authorized(operation, ResourceType::Cluster, super::acls::CLUSTER_RESOURCE_NAME)
+    }
+
+    /// Whether an idempotent producer may get a producer id: IDEMPOTENT_WRITE
+    /// on the cluster, or WRITE on some topic (Kafka's
+    /// `handleInitProducerIdRequest`, `authorizeByResourceType`).
+    pub fn authorized_idempotent_write(&self) -> bool {
+        self.authorized_cluster(AclOperation::IdempotentWrite)
+            || self.authz.authorize_any(
+                self.auth.principal(),
+                self.peer_ip(),
+                AclOperation::Write,
+                ResourceType::Topic,
+            )
     }
 
     async fn serve(mut self) {

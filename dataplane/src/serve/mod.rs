@@ -12,11 +12,13 @@
 //! * [`mirror_reports`] — what the control plane reports of each mirror,
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
 //! * [`acls`] — the ACL bindings the listener stores and serves
-//!   (DescribeAcls, CreateAcls, DeleteAcls; not enforced yet).
+//!   (DescribeAcls, CreateAcls, DeleteAcls).
+//! * [`authorizer`] — their enforcement (`[listener] authorizer = "acl"`).
 //! * [`sasl`] — SASL authentication of connections (PLAIN, SCRAM), and
 //!   each connection's principal.
 
 pub mod acls;
+pub mod authorizer;
 pub mod catalog;
 mod fetch;
 pub mod groups;
@@ -30,6 +32,7 @@ pub mod sasl;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};
+pub use authorizer::{AuthorizerMode, AuthorizerSettings};
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
 pub use listener::{
     AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, ServeTasks, run_acceptor,

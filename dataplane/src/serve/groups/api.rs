@@ -50,6 +50,7 @@ use super::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
     Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
+use crate::serve::acls::{AclOperation, ResourceType};
 use crate::serve::catalog::Catalog;
 use crate::serve::listener::ClientConnection;
 use crate::serve::registry::{Registry, ShardAccess};
@@ -159,12 +160,176 @@ async fn settle<T>(reply: Reply<T>, late: T) -> T {
     }
 }
 
+/// Whether the connection may do `operation` on the group.
+fn group_allowed(conn: &ClientConnection, operation: AclOperation, group: &str) -> bool {
+    conn.authorized(operation, ResourceType::Group, group)
+}
+
+fn topic_allowed(conn: &ClientConnection, operation: AclOperation, topic: &str) -> bool {
+    conn.authorized(operation, ResourceType::Topic, topic)
+}
+
+/// Takes the topics the principal may not `operation` out of `topics`
+/// (when the connection is restricted at all) and returns them, to be
+/// answered TOPIC_AUTHORIZATION_FAILED.
+fn take_denied_topics<T>(
+    conn: &ClientConnection,
+    restricted: bool,
+    operation: AclOperation,
+    topics: &mut Vec<T>,
+    name: impl Fn(&T) -> &str,
+) -> Vec<T> {
+    if !restricted {
+        return Vec::new();
+    }
+    let (ok, denied): (Vec<T>, Vec<T>) = std::mem::take(topics)
+        .into_iter()
+        .partition(|t| topic_allowed(conn, operation, name(t)));
+    *topics = ok;
+    denied
+}
+
+/// The answer to a group request the connection's principal may not make
+/// (as Kafka's `KafkaApis` and `AuthHelper`), or the request back when it
+/// may (possibly with some of its parts answered later, see `handle`).
+async fn refuse_unauthorized(
+    conn: &mut ClientConnection,
+    version: i16,
+    id: i32,
+    request: GroupRequest,
+) -> std::io::Result<Option<GroupRequest>> {
+    use AclOperation::{Describe, Read};
+    let denied = GROUP_AUTHORIZATION_FAILED;
+    match request {
+        GroupRequest::JoinGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let body = JoinGroupResponse::default()
+                .with_error_code(denied)
+                .with_generation_id(-1)
+                .with_member_id(r.member_id);
+            conn.respond(ApiKey::JoinGroup, version, id, &body).await?;
+        }
+        GroupRequest::SyncGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let body = SyncGroupResponse::default().with_error_code(denied);
+            conn.respond(ApiKey::SyncGroup, version, id, &body).await?;
+        }
+        GroupRequest::Heartbeat(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let body = HeartbeatResponse::default().with_error_code(denied);
+            conn.respond(ApiKey::Heartbeat, version, id, &body).await?;
+        }
+        GroupRequest::LeaveGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let body = LeaveGroupResponse::default().with_error_code(denied);
+            conn.respond(ApiKey::LeaveGroup, version, id, &body).await?;
+        }
+        GroupRequest::OffsetCommit(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let topics = r
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(denied)
+                        })
+                        .collect();
+                    OffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(partitions)
+                })
+                .collect();
+            let body = OffsetCommitResponse::default().with_topics(topics);
+            conn.respond(ApiKey::OffsetCommit, version, id, &body).await?;
+        }
+        GroupRequest::OffsetFetch(r) if version < 8 && !group_allowed(conn, Describe, &r.group_id) => {
+            // v2+: the group's error; v0-1: per asked partition.
+            let mut body = OffsetFetchResponse::default();
+            if version >= 2 {
+                body = body.with_error_code(denied);
+            } else {
+                let topics = r
+                    .topics
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| {
+                        let partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|&p| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(-1)
+                                    .with_error_code(denied)
+                            })
+                            .collect();
+                        OffsetFetchResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(partitions)
+                    })
+                    .collect();
+                body = body.with_topics(topics);
+            }
+            conn.respond(ApiKey::OffsetFetch, version, id, &body).await?;
+        }
+        GroupRequest::FindCoordinator(r)
+            if r.key_type == KEY_TYPE_GROUP && version < 4 && !group_allowed(conn, Describe, &r.key) =>
+        {
+            let body = FindCoordinatorResponse::default()
+                .with_error_code(denied)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            conn.respond(ApiKey::FindCoordinator, version, id, &body).await?;
+        }
+        GroupRequest::AlterShareGroupOffsets(r) if !group_allowed(conn, Read, &r.group_id) => {
+            let body = AlterShareGroupOffsetsResponse::default()
+                .with_error_code(denied)
+                .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
+            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await?;
+        }
+        GroupRequest::DeleteShareGroupOffsets(r) if !group_allowed(conn, AclOperation::Delete, &r.group_id) => {
+            let body = DeleteShareGroupOffsetsResponse::default()
+                .with_error_code(denied)
+                .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
+            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body)
+                .await?;
+        }
+        request => return Ok(Some(request)),
+    }
+    Ok(None)
+}
+
 pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> std::io::Result<()> {
     let version = header.request_api_version;
     let id = header.correlation_id;
+    let request = if conn.authz_restricted() {
+        match refuse_unauthorized(conn, version, id, request).await {
+            Ok(Some(request)) => request,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(principal = conn.auth.principal(), error = %e, "closing client connection");
+                return Err(e);
+            }
+        }
+    } else {
+        request
+    };
+    let restricted = conn.authz_restricted();
     match request {
         GroupRequest::FindCoordinator(r) => {
-            let body = find_coordinator(&conn.catalog.get(), version, &r);
+            let mut body = find_coordinator(&conn.catalog.get(), version, &r);
+            // DESCRIBE on each group (Kafka's handleFindCoordinatorRequest).
+            if restricted && r.key_type == KEY_TYPE_GROUP {
+                for c in &mut body.coordinators {
+                    if !group_allowed(conn, AclOperation::Describe, &c.key) {
+                        c.error_code = GROUP_AUTHORIZATION_FAILED;
+                        c.error_message = Some(s("Group authorization failed."));
+                        c.node_id = BrokerId(-1);
+                        c.host = StrBytes::default();
+                        c.port = -1;
+                    }
+                }
+            }
             conn.respond(ApiKey::FindCoordinator, version, id, &body).await
         }
         GroupRequest::JoinGroup(r) => {
@@ -198,25 +363,120 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
         }
         GroupRequest::OffsetCommit(r) => {
             let catalog = conn.catalog.get();
-            let body = offset_commit(&conn.access, &catalog, r).await;
+            let mut r = r;
+            // READ on each topic (Kafka's handleOffsetCommitRequest).
+            let denied_topics = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.name);
+            let mut body = offset_commit(&conn.access, &catalog, r).await;
+            body.topics.extend(denied_topics.into_iter().map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions)
+            }));
             conn.respond(ApiKey::OffsetCommit, version, id, &body).await
         }
-        GroupRequest::OffsetFetch(r) => {
-            let body = offset_fetch(&conn.access, version, r).await;
+        GroupRequest::OffsetFetch(mut r) => {
+            // DESCRIBE on each group (v8+ here; before, above) and on each
+            // topic: left out of "all topics", TOPIC_AUTHORIZATION_FAILED
+            // when asked by name (Kafka's handleOffsetFetchRequest).
+            let mut denied_groups = Vec::new();
+            if restricted && version >= 8 {
+                let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+                    .into_iter()
+                    .partition(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
+                r.groups = ok;
+                denied_groups = denied;
+            }
+            let all_topics_v8: Vec<bool> = r.groups.iter().map(|g| g.topics.is_none()).collect();
+            let all_topics = r.topics.is_none();
+            let mut body = offset_fetch(&conn.access, version, r).await;
+            if restricted {
+                let allowed = |t: &TopicName| topic_allowed(conn, AclOperation::Describe, t);
+                if all_topics {
+                    body.topics.retain(|t| allowed(&t.name));
+                } else {
+                    for t in body.topics.iter_mut().filter(|t| !allowed(&t.name)) {
+                        for p in &mut t.partitions {
+                            p.committed_offset = -1;
+                            p.committed_leader_epoch = -1;
+                            p.metadata = Some(StrBytes::default());
+                            p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        }
+                    }
+                }
+                for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
+                    if all {
+                        g.topics.retain(|t| allowed(&t.name));
+                    } else {
+                        for t in g.topics.iter_mut().filter(|t| !allowed(&t.name)) {
+                            for p in &mut t.partitions {
+                                p.committed_offset = -1;
+                                p.committed_leader_epoch = -1;
+                                p.metadata = Some(StrBytes::default());
+                                p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                            }
+                        }
+                    }
+                }
+            }
+            body.groups.extend(denied_groups.into_iter().map(|g| {
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            }));
             conn.respond(ApiKey::OffsetFetch, version, id, &body).await
         }
         GroupRequest::ListGroups(r) => {
-            let body = list_groups(&conn.access, version, &r).await;
+            let mut body = list_groups(&conn.access, version, &r).await;
+            // Groups the principal may DESCRIBE, unless it may DESCRIBE the
+            // cluster (Kafka's handleListGroupsRequest).
+            if restricted && !conn.authorized_cluster(AclOperation::Describe) {
+                body.groups
+                    .retain(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
+            }
             conn.respond(ApiKey::ListGroups, version, id, &body).await
         }
         GroupRequest::DescribeGroups(r) => {
-            let body = describe_groups(&conn.access, version, r).await;
+            // DESCRIBE on each group (Kafka's handleDescribeGroupsRequest).
+            let mut r = r;
+            let mut denied = Vec::new();
+            if restricted {
+                let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+                    .into_iter()
+                    .partition(|g| group_allowed(conn, AclOperation::Describe, g));
+                r.groups = ok;
+                denied = no;
+            }
+            let mut body = describe_groups(&conn.access, version, r).await;
+            body.groups.extend(denied.into_iter().map(|g| {
+                DescribedGroup::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            }));
             conn.respond(ApiKey::DescribeGroups, version, id, &body).await
         }
         GroupRequest::DeleteGroups(r) => {
             let mut results = Vec::with_capacity(r.groups_names.len());
             for group in r.groups_names {
                 let name = group.0.to_string();
+                // DELETE on each group (Kafka's handleDeleteGroupsRequest).
+                if !group_allowed(conn, AclOperation::Delete, &name) {
+                    results.push(
+                        DeletableGroupResult::default()
+                            .with_group_id(group)
+                            .with_error_code(GROUP_AUTHORIZATION_FAILED),
+                    );
+                    continue;
+                }
                 let code = on_coordinator(&conn.access, &name.clone(), move |c, _| c.delete(&name))
                     .await
                     .unwrap_or(COORDINATOR_NOT_AVAILABLE);
@@ -229,24 +489,149 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             let body = DeleteGroupsResponse::default().with_results(results);
             conn.respond(ApiKey::DeleteGroups, version, id, &body).await
         }
-        GroupRequest::ShareGroupDescribe(r) => {
-            let body = share_group_describe(&conn.access, r).await;
+        GroupRequest::ShareGroupDescribe(mut r) => {
+            // DESCRIBE on each group (Kafka's handleShareGroupDescribe):
+            // the refused first, then the others.
+            let mut denied = Vec::new();
+            if restricted {
+                let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                    .into_iter()
+                    .partition(|g| group_allowed(conn, AclOperation::Describe, g));
+                r.group_ids = ok;
+                denied = no;
+            }
+            let mut body = share_group_describe(&conn.access, r).await;
+            let refused = denied.into_iter().map(|g| {
+                ShareDescribedGroup::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            });
+            body.groups = refused.chain(std::mem::take(&mut body.groups)).collect();
             conn.respond(ApiKey::ShareGroupDescribe, version, id, &body).await
         }
         GroupRequest::DescribeShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
-            let body = describe_share_group_offsets(&conn.access, &catalog, r).await;
+            let mut r = r;
+            // DESCRIBE on each group, and on each topic: left out of "all
+            // topics", TOPIC_AUTHORIZATION_FAILED per partition when asked
+            // (Kafka's handleDescribeShareGroupOffsetsRequest).
+            let mut refused: Vec<(GroupId, i16, Vec<DescribeShareGroupOffsetsResponseTopic>)> = Vec::new();
+            if restricted {
+                for g in &mut r.groups {
+                    if !group_allowed(conn, AclOperation::Describe, &g.group_id) {
+                        refused.push((g.group_id.clone(), GROUP_AUTHORIZATION_FAILED, Vec::new()));
+                        continue;
+                    }
+                    let Some(topics) = g.topics.as_mut() else { continue };
+                    let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(topics)
+                        .into_iter()
+                        .partition(|t| topic_allowed(conn, AclOperation::Describe, &t.topic_name));
+                    *topics = ok;
+                    let no = no
+                        .into_iter()
+                        .map(|t| {
+                            let partitions = t
+                                .partitions
+                                .iter()
+                                .map(|&p| {
+                                    DescribeShareGroupOffsetsResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_start_offset(-1)
+                                        .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                        .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+                                })
+                                .collect();
+                            DescribeShareGroupOffsetsResponseTopic::default()
+                                .with_topic_name(t.topic_name)
+                                .with_partitions(partitions)
+                        })
+                        .collect();
+                    refused.push((g.group_id.clone(), NONE, no));
+                }
+                let denied: Vec<GroupId> = refused
+                    .iter()
+                    .filter(|(_, code, _)| *code != NONE)
+                    .map(|(g, _, _)| g.clone())
+                    .collect();
+                r.groups.retain(|g| !denied.contains(&g.group_id));
+            }
+            let all_topics: Vec<(GroupId, bool)> = r
+                .groups
+                .iter()
+                .map(|g| (g.group_id.clone(), g.topics.is_none()))
+                .collect();
+            let mut body = describe_share_group_offsets(&conn.access, &catalog, r).await;
+            if restricted {
+                for (g, (_, all)) in body.groups.iter_mut().zip(&all_topics) {
+                    if *all {
+                        g.topics
+                            .retain(|t| topic_allowed(conn, AclOperation::Describe, &t.topic_name));
+                    }
+                    if let Some((_, _, no)) = refused
+                        .iter_mut()
+                        .find(|(id, code, _)| *id == g.group_id && *code == NONE)
+                        && g.error_code == NONE
+                    {
+                        g.topics.append(no);
+                    }
+                }
+                body.groups.extend(
+                    refused
+                        .into_iter()
+                        .filter(|(_, code, _)| *code != NONE)
+                        .map(|(g, code, _)| {
+                            DescribeShareGroupOffsetsResponseGroup::default()
+                                .with_group_id(g)
+                                .with_error_code(code)
+                                .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)))
+                        }),
+                );
+            }
             conn.respond(ApiKey::DescribeShareGroupOffsets, version, id, &body)
                 .await
         }
         GroupRequest::AlterShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
-            let body = alter_share_group_offsets(&conn.access, &catalog, r).await;
+            let mut r = r;
+            // READ on each topic (the group's READ is checked above;
+            // Kafka's handleAlterShareGroupOffsetsRequest).
+            let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+            let mut body = alter_share_group_offsets(&conn.access, &catalog, r).await;
+            if body.error_code == NONE {
+                body.responses.extend(denied.into_iter().map(|t| {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            AlterShareGroupOffsetsResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+                        })
+                        .collect();
+                    AlterShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(t.topic_name)
+                        .with_partitions(partitions)
+                }));
+            }
             conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await
         }
         GroupRequest::DeleteShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
-            let body = delete_share_group_offsets(&conn.access, &catalog, r).await;
+            let mut r = r;
+            // READ on each topic (the group's DELETE is checked above;
+            // Kafka's handleDeleteShareGroupOffsetsRequest).
+            let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+            let mut body = delete_share_group_offsets(&conn.access, &catalog, r).await;
+            if body.error_code == NONE {
+                body.responses.extend(denied.into_iter().map(|t| {
+                    DeleteShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(t.topic_name)
+                        .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                        .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+                }));
+            }
             conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body).await
         }
     }
@@ -869,6 +1254,8 @@ async fn alter_share_group_offsets(
 }
 
 /// Kafka's messages for the errors the share-group APIs answer with.
+const GROUP_AUTHORIZATION_FAILED_MESSAGE: &str = "Group authorization failed.";
+const TOPIC_AUTHORIZATION_FAILED_MESSAGE: &str = "Topic authorization failed.";
 const UNKNOWN_TOPIC_OR_PARTITION_MESSAGE: &str = "This server does not host this topic-partition.";
 const NO_OFFSETS_TO_DELETE_MESSAGE: &str = "There is no offset information to delete.";
 
