@@ -100,15 +100,7 @@ fn acl(
     operation: AclOperation,
     permission_type: AclPermissionType,
 ) -> AclBinding {
-    AclBinding {
-        resource_type,
-        resource_name: name.into(),
-        pattern_type,
-        principal: principal.into(),
-        host: "*".into(),
-        operation,
-        permission_type,
-    }
+    AclBinding::from_any_host(resource_type, name, pattern_type, principal, operation, permission_type)
 }
 
 fn create_acls(conn: &mut KafkaConnection, bindings: &[AclBinding]) -> Vec<i16> {

@@ -634,15 +634,14 @@ fn committed(conn: &mut KafkaConnection, group: &str, topic: &str, partitions: i
 }
 
 fn topic_read_acl(topic: &str) -> AclBinding {
-    AclBinding {
-        resource_type: ResourceType::Topic,
-        resource_name: topic.into(),
-        pattern_type: PatternType::Literal,
-        principal: "User:alice".into(),
-        host: "*".into(),
-        operation: AclOperation::Read,
-        permission_type: AclPermissionType::Allow,
-    }
+    AclBinding::from_any_host(
+        ResourceType::Topic,
+        topic,
+        PatternType::Literal,
+        "User:alice",
+        AclOperation::Read,
+        AclPermissionType::Allow,
+    )
 }
 
 fn acls(conn: &mut KafkaConnection) -> Vec<AclBinding> {

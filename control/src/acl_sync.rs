@@ -462,15 +462,14 @@ mod tests {
     use super::*;
 
     fn binding(resource_type: ResourceType, name: &str, pattern_type: PatternType, principal: &str) -> AclBinding {
-        AclBinding {
+        AclBinding::from_any_host(
             resource_type,
-            resource_name: name.into(),
+            name,
             pattern_type,
-            principal: principal.into(),
-            host: "*".into(),
-            operation: AclOperation::Read,
-            permission_type: AclPermissionType::Allow,
-        }
+            principal,
+            AclOperation::Read,
+            AclPermissionType::Allow,
+        )
     }
 
     fn bindings() -> Vec<AclBinding> {

@@ -320,6 +320,26 @@ impl AclBinding {
         )
     }
 
+    /// A binding for clients on any host (`*`), the usual kind.
+    pub fn from_any_host(
+        resource_type: ResourceType,
+        resource_name: &str,
+        pattern_type: PatternType,
+        principal: &str,
+        operation: AclOperation,
+        permission_type: AclPermissionType,
+    ) -> Self {
+        Self {
+            resource_type,
+            resource_name: resource_name.into(),
+            pattern_type,
+            principal: principal.into(),
+            host: WILDCARD.into(),
+            operation,
+            permission_type,
+        }
+    }
+
     /// The CreateAcls creation of this binding.
     pub fn to_creation(&self) -> AclCreation {
         AclCreation::default()
@@ -831,15 +851,7 @@ mod tests {
         operation: AclOperation,
         permission_type: AclPermissionType,
     ) -> AclBinding {
-        AclBinding {
-            resource_type,
-            resource_name: name.into(),
-            pattern_type,
-            principal: principal.into(),
-            host: WILDCARD.into(),
-            operation,
-            permission_type,
-        }
+        AclBinding::from_any_host(resource_type, name, pattern_type, principal, operation, permission_type)
     }
 
     fn topic(name: &str, pattern_type: PatternType, principal: &str) -> AclBinding {
