@@ -386,12 +386,16 @@ fn stop_at(
     how: Stop,
 ) -> String {
     let total: i64 = high_watermarks(bootstrap, tps).values().sum();
+    // A clean stop finishes in-flight appends, so the disk may already hold
+    // the target: the stop waits for this run's own appends too, so that it
+    // never lands before the agent has even opened its data dir.
+    let before = mirrored_offsets(data_dir, tps);
     let mut agent = AgentProcess::start(config, log_path);
     let started = Instant::now();
     loop {
         agent.assert_running();
         let done = mirrored_offsets(data_dir, tps);
-        if done as f64 >= fraction * total as f64 {
+        if done > before && done as f64 >= fraction * total as f64 {
             let log = match how {
                 Stop::Kill => agent.kill(),
                 Stop::Term => stop_cleanly(agent, data_dir),
