@@ -32,7 +32,7 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::{AgentConfig, MirrorConfig};
-use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorDescription, PartitionView};
+use ringmirror_control::admin::{AdminAnswer, AdminRequest, PartitionView};
 use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, RecordBatch, decode_records};
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
@@ -129,19 +129,6 @@ fn partitions(topic: &str, count: i32) -> Vec<TopicPartition> {
     (0..count).map(|p| TopicPartition::new(topic, p)).collect()
 }
 
-/// Polls `check` every 50 ms until it answers `Ok` (returned) or
-/// [`DEADLINE`] passes (a panic with its last answer).
-fn wait_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let started = Instant::now();
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(e) if started.elapsed() >= DEADLINE => panic!("{what}: not within {DEADLINE:?}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
 /// Every partition of `mirror` as the coordinator reports it.
 fn views(agent: &Agent, mirror: &str) -> Vec<PartitionView> {
     match agent.admin(AdminRequest::Status).expect("status") {
@@ -150,19 +137,9 @@ fn views(agent: &Agent, mirror: &str) -> Vec<PartitionView> {
     }
 }
 
-fn describe(agent: &Agent, mirror: &str) -> MirrorDescription {
-    match agent
-        .admin(AdminRequest::DescribeMirror { mirror: mirror.into() })
-        .expect("describe")
-    {
-        AdminAnswer::Mirror { mirror } => mirror,
-        other => panic!("describe answered {other:?}"),
-    }
-}
-
 /// Waits until each of `tps` is in `state` in `mirror`; returns their views.
 fn wait_state(agent: &Agent, mirror: &str, tps: &[TopicPartition], state: &str) -> Vec<PartitionView> {
-    wait_until(&format!("{mirror}: {tps:?} {state}"), || {
+    common::wait_until(DEADLINE, &format!("{mirror}: {tps:?} {state}"), || {
         let all = views(agent, mirror);
         let found: Vec<&PartitionView> = tps
             .iter()
@@ -182,7 +159,7 @@ fn wait_state(agent: &Agent, mirror: &str, tps: &[TopicPartition], state: &str) 
 /// Waits until `mirror`'s logs of `tps` reach the ends `addr` serves.
 fn wait_caught_up(agent: &Agent, mirror: &str, source: &str, tps: &[TopicPartition]) {
     let ends: BTreeMap<&TopicPartition, i64> = tps.iter().map(|tp| (tp, served(source, tp).high_watermark)).collect();
-    wait_until(&format!("{mirror} catching up with {source}"), || {
+    common::wait_until(DEADLINE, &format!("{mirror} catching up with {source}"), || {
         let status = agent.status();
         let behind: Vec<String> = ends
             .iter()
@@ -402,14 +379,14 @@ fn check_lmes(b: &Agent, b_mirror: &str, a_addr: &str, tps: &[TopicPartition], e
     let a_cluster = metadata(a_addr, &[ORDERS]).cluster_id.expect("A has a cluster id");
     let topic_id = metadata(&b_addr, &[ORDERS]).topics[ORDERS].0;
     assert_eq!(
-        describe(b, b_mirror).source_cluster_id.as_deref(),
+        common::describe_mirror(b, b_mirror).source_cluster_id.as_deref(),
         Some(a_cluster.as_str()),
         "B's mirror {b_mirror} records A's cluster id as its source's"
     );
     let partitions: Vec<i32> = tps.iter().map(|tp| tp.partition).collect();
     // The coordinator publishes its reports for the listener on its next
     // round after the state change.
-    let lmes = wait_until("B's last mirror epochs published", || {
+    let lmes = common::wait_until(DEADLINE, "B's last mirror epochs published", || {
         let lmes = lmes_at(&b_addr, &a_cluster, topic_id, partitions.clone());
         if lmes.values().all(|&lme| lme != -1) {
             Ok(lmes)
@@ -458,7 +435,7 @@ fn fail_back(a: &Agent, b: &Agent, name: &str, tps: &[TopicPartition]) {
     })
     .unwrap_or_else(|e| panic!("create {name} at A: {e}"));
     wait_state(a, name, tps, "MIRRORING");
-    wait_until("A converging on B", || {
+    common::wait_until(DEADLINE, "A converging on B", || {
         tps.iter()
             .try_for_each(|tp| differences("A", tp, &served(&a_addr, tp), &served(&b_addr, tp)))
     });
@@ -493,7 +470,7 @@ fn assert_truncated(
     for tp in tps {
         // Logged by the agent's events thread right after it hands the
         // event to the coordinator: poll.
-        wait_until(&format!("{tp}: \"{message}\" to {}", to[tp]), || {
+        common::wait_until(DEADLINE, &format!("{tp}: \"{message}\" to {}", to[tp]), || {
             let line =
                 common::logs::lines_with(&[message, &quoted, &format!("tp={tp} "), &format!("{field}={}", to[tp])]);
             if line.is_empty() {
@@ -820,14 +797,14 @@ fn fan_in(s2_x_partitions: i32) {
         config: mirror_definition(&third, &s2_addr, &["x"]),
     })
     .expect("the mirror itself is created");
-    wait_until(&format!("{third} refusing x"), || {
+    common::wait_until(DEADLINE, &format!("{third} refusing x"), || {
         // Refused for the whole topic, once (not per partition, not every round).
         let refused = common::logs::lines_with(&[
             "already mirrored by another mirror",
             &format!("mirror={third:?}"),
             "topic=\"x\"",
         ]);
-        let synced = describe(&b, &third);
+        let synced = common::describe_mirror(&b, &third);
         if refused.len() == 1 && synced.topics.contains(&"x".to_owned()) {
             Ok(())
         } else {

@@ -20,8 +20,6 @@ mod mock_source;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
@@ -31,7 +29,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::{MockCluster, MockCoordinator};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
 use ringmirror_control::group_sync::{GroupFilter, GroupOutcome};
@@ -132,19 +130,6 @@ fn wait_for_state(addr: &str, group: &str, state: &str) {
     }
 }
 
-fn consumer(bootstrap: &str, group: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "300")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .expect("consumer")
-}
-
 /// Polls `consumer` (subscribed to `topics`) until it has read at least
 /// `per_partition` records of every partition in `partitions`.
 fn consume(consumer: &BaseConsumer, partitions: &[(&str, i32)], per_partition: usize) {
@@ -166,65 +151,12 @@ fn consume(consumer: &BaseConsumer, partitions: &[(&str, i32)], per_partition: u
     }
 }
 
-/// Polls until `consumer` has joined its group and been assigned partitions.
-fn wait_assigned(consumer: &BaseConsumer) {
-    let started = Instant::now();
-    while consumer.assignment().expect("assignment").count() == 0 {
-        assert!(started.elapsed() < DEADLINE, "no assignment");
-        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
-            panic!("poll: {e}");
-        }
-    }
-}
-
 fn commit(consumer: &BaseConsumer, offsets: &[(&str, i32, i64)]) {
     let mut tpl = TopicPartitionList::new();
     for &(t, p, o) in offsets {
         tpl.add_partition_offset(t, p, Offset::Offset(o)).expect("offset");
     }
     consumer.commit(&tpl, CommitMode::Sync).expect("commit");
-}
-
-/// A consumer of `group` kept alive (polled) on a thread until stopped;
-/// stopping closes it (LeaveGroup).
-struct LiveConsumer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LiveConsumer {
-    fn start(bootstrap: &str, group: &str) -> Self {
-        let c = consumer(bootstrap, group);
-        c.subscribe(&[TOPIC]).expect("subscribe");
-        wait_assigned(&c);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < 2 * DEADLINE {
-                let _ = c.poll(Duration::from_millis(50));
-            }
-            drop(c);
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn close(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().expect("running").join().expect("consumer thread");
-    }
-}
-
-impl Drop for LiveConsumer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn mirror_agent(data_dir: &Path, source: &str, topics: &[&str]) -> Agent {
@@ -264,7 +196,7 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
     // idle one also commits an offset past the end of orders-2.
     let every_partition = [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2), (UNMIRRORED, 0)];
     for (group, per_partition) in [(IDLE, 15), (ACTIVE, 5)] {
-        let c = consumer(&source, group);
+        let c = common::consumer(&source, group);
         c.subscribe(&[TOPIC, UNMIRRORED]).expect("subscribe");
         consume(&c, &every_partition, per_partition);
         c.commit_consumer_state(CommitMode::Sync).expect("commit");
@@ -310,12 +242,12 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
 
     // A consumer of g-active runs at the destination; meanwhile the group
     // moves on at the source.
-    let live = LiveConsumer::start(&dest, ACTIVE);
+    let live = common::LiveConsumer::start(&dest, ACTIVE, TOPIC);
     wait_for_state(&dest, ACTIVE, "Stable");
     {
-        let c = consumer(&source, ACTIVE);
+        let c = common::consumer(&source, ACTIVE);
         c.subscribe(&[TOPIC]).expect("subscribe");
-        wait_assigned(&c);
+        common::wait_assigned(&c);
         commit(&c, &[(TOPIC, 0, 1), (TOPIC, 1, 2), (TOPIC, 2, 3)]);
     }
     let active_at_source = mirrored_only(&committed(&source, ACTIVE));
@@ -372,7 +304,7 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
 
     // At A: a live librdkafka group that committed what it read, an admin
     // commit with metadata, and a group the filter leaves out.
-    let live = consumer(&source, "g-live");
+    let live = common::consumer(&source, "g-live");
     live.subscribe(&[TOPIC, UNMIRRORED]).expect("subscribe");
     consume(&live, &[(TOPIC, 0), (TOPIC, 1), (TOPIC, 2), (UNMIRRORED, 0)], 5);
     live.commit_consumer_state(CommitMode::Sync).expect("commit");

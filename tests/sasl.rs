@@ -81,17 +81,6 @@ fn step(started: Instant, what: &str) {
     eprintln!("{:>8.3} s  {what}", started.elapsed().as_secs_f64());
 }
 
-fn wait_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let started = Instant::now();
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(e) if started.elapsed() > DEADLINE => panic!("{what}: not within {DEADLINE:?}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Agents
 // ---------------------------------------------------------------------------
@@ -602,7 +591,7 @@ fn describe(agent: &Agent, mirror: &str) -> MirrorDescription {
 fn wait_mirrored(a: &str, b: &str, topic: &str, partitions: i32) {
     let theirs = batches(&mut alice(a), topic, partitions);
     assert!(theirs.values().all(|b| !b.is_empty()), "{topic}: nothing at A");
-    wait_until(&format!("B mirrors {topic} byte for byte"), || {
+    common::wait_until(DEADLINE, &format!("B mirrors {topic} byte for byte"), || {
         let ours = batches(&mut reader(b), topic, partitions);
         if ours == theirs {
             Ok(())
@@ -790,11 +779,11 @@ fn an_agent_mirrors_a_sasl_agent_with_every_mechanism() {
     // Group offsets and ACLs arrive through B's own SASL listener.
     let at_a = committed(&mut alice(&a_addr), "g1", "t-256", 2);
     assert_eq!(at_a, BTreeMap::from([(0, 17), (1, 42)]));
-    wait_until("g1's offsets at B", || {
+    common::wait_until(DEADLINE, "g1's offsets at B", || {
         let at_b = committed(&mut reader(&b_addr), "g1", "t-256", 2);
         if at_b == at_a { Ok(()) } else { Err(format!("{at_b:?}")) }
     });
-    wait_until("the ACL at B", || {
+    common::wait_until(DEADLINE, "the ACL at B", || {
         let at_b = acls(&mut reader(&b_addr));
         if at_b.contains(&acl) {
             Ok(())
@@ -802,7 +791,7 @@ fn an_agent_mirrors_a_sasl_agent_with_every_mechanism() {
             Err(format!("{at_b:?}"))
         }
     });
-    let d = wait_until("m-256's topic configs read", || {
+    let d = common::wait_until(DEADLINE, "m-256's topic configs read", || {
         let d = describe(&b, "m-256");
         if d.topic_configs_synced_ms.is_some() {
             Ok(d)
@@ -813,7 +802,7 @@ fn an_agent_mirrors_a_sasl_agent_with_every_mechanism() {
     assert_eq!(d.sync_error, None);
     assert!(d.groups.contains_key("g1"), "{:?}", d.groups);
     // The wrong password: said in the mirror's sync error.
-    let d = wait_until("m-wrong's error", || {
+    let d = common::wait_until(DEADLINE, "m-wrong's error", || {
         let d = describe(&b, "m-wrong");
         d.sync_error.clone().ok_or_else(|| format!("{d:?}"))
     });

@@ -31,7 +31,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 
@@ -51,16 +51,7 @@ fn wait_mirrored(agent: &Agent, ends: &BTreeMap<i32, i64>) {
 }
 
 fn group_consumer(bootstrap: &str) -> BaseConsumer {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "300")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .expect("consumer");
+    let consumer = common::consumer(bootstrap, GROUP);
     consumer.subscribe(&[TOPIC]).expect("subscribe");
     consumer
 }

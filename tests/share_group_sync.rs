@@ -46,7 +46,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
-use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorDescription};
+use ringmirror_control::admin::AdminRequest;
 use ringmirror_control::group_sync::{CONSUMER_GROUP, GroupFilter, GroupOutcome, SHARE_GROUP};
 use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
@@ -259,25 +259,6 @@ fn every_partition() -> Vec<(&'static str, i32)> {
 
 fn mirrored() -> BTreeSet<(String, i32)> {
     (0..PARTITIONS).map(|p| tp(TOPIC, p)).collect()
-}
-
-fn describe_mirror(agent: &Agent) -> MirrorDescription {
-    match agent.admin(AdminRequest::DescribeMirror { mirror: "dr".into() }) {
-        Ok(AdminAnswer::Mirror { mirror }) => mirror,
-        other => panic!("{other:?}"),
-    }
-}
-
-/// Polls `check` until it answers `Ok` or DEADLINE passes.
-fn wait_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let started = Instant::now();
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(why) if started.elapsed() > DEADLINE => panic!("{what}: {why}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
 }
 
 /// The listener's share-group APIs, as Kafka answers them.
@@ -495,7 +476,7 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
         .filter(|((t, _), _)| t == TOPIC)
         .map(|(k, v)| (k.clone(), *v))
         .collect();
-    wait_until("B syncs s1 and c1 from A", || {
+    common::wait_until(DEADLINE, "B syncs s1 and c1 from A", || {
         let s1 = share_starts(&b_addr, "s1", Some(&every_partition()));
         let c1 = committed(&b_addr, "c1", &every_partition());
         if s1 == s1_mirrored && c1.1.len() == 3 {
@@ -513,8 +494,8 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
         committed(&b_addr, "c1", &every_partition()).1,
         Commits::from([(tp(TOPIC, 0), 4), (tp(TOPIC, 1), 5), (tp(TOPIC, 2), 6)])
     );
-    let described = wait_until("B's describe shows the conflicts", || {
-        let d = describe_mirror(&b);
+    let described = common::wait_until(DEADLINE, "B's describe shows the conflicts", || {
+        let d = common::describe_mirror(&b, "dr");
         if d.groups.contains_key("dup") && d.groups.contains_key("rev") {
             Ok(d)
         } else {
@@ -552,8 +533,8 @@ fn share_and_consumer_groups_sync_and_never_overwrite_each_other() {
         config: mirror_definition(&a_addr, &[TOPIC], Some(".*")),
     })
     .expect("update the mirror at B");
-    wait_until("B's rounds sync no group", || {
-        let d = describe_mirror(&b);
+    common::wait_until(DEADLINE, "B's rounds sync no group", || {
+        let d = common::describe_mirror(&b, "dr");
         if d.groups.is_empty() {
             Ok(())
         } else {

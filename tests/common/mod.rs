@@ -1014,6 +1014,28 @@ pub fn wait_mirrored(agent: &ringmirror::agent::Agent, topic: &str, ends: &BTree
     }
 }
 
+/// Polls `check` every 50 ms until it answers `Ok` (returned) or `deadline`
+/// passes (a panic with `what` and its last answer).
+pub fn wait_until<T>(deadline: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let started = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(e) if started.elapsed() > deadline => panic!("{what}: not within {deadline:?}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// `mirror describe` of `mirror` at an in-process agent.
+pub fn describe_mirror(agent: &ringmirror::agent::Agent, mirror: &str) -> ringmirror_control::admin::MirrorDescription {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    match agent.admin(AdminRequest::DescribeMirror { mirror: mirror.into() }) {
+        Ok(AdminAnswer::Mirror { mirror }) => mirror,
+        other => panic!("describe {mirror} answered {other:?}"),
+    }
+}
+
 /// Runs `f`'s future on a fresh glommio executor thread (our Kafka client
 /// is glommio's) and returns its output.
 pub fn on_glommio<T, G, F>(f: F) -> T
@@ -1143,6 +1165,81 @@ pub fn admin_commit(addr: &str, group: &str, topic: &str, offsets: &[(i32, i64, 
             "commit {group} {topic}-{} at {addr}",
             p.partition_index
         );
+    }
+}
+
+/// Bounds every wait of the consumers below.
+const CONSUMER_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A librdkafka consumer of `group` at `bootstrap`: manual commits, from
+/// the earliest offset, quick heartbeats and metadata refreshes.
+pub fn consumer(bootstrap: &str, group: &str) -> rdkafka::consumer::BaseConsumer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "300")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .expect("consumer")
+}
+
+/// Polls until `consumer` has joined its group and been assigned partitions.
+pub fn wait_assigned(consumer: &rdkafka::consumer::BaseConsumer) {
+    use rdkafka::consumer::Consumer;
+    let started = Instant::now();
+    while consumer.assignment().expect("assignment").count() == 0 {
+        assert!(started.elapsed() < CONSUMER_DEADLINE, "no assignment");
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
+            panic!("poll: {e}");
+        }
+    }
+}
+
+/// A consumer of `group`, subscribed to `topic`, kept alive (polled) on a
+/// thread until stopped, so the group is active where it joined; stopping
+/// closes it (LeaveGroup).
+pub struct LiveConsumer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveConsumer {
+    pub fn start(bootstrap: &str, group: &str, topic: &str) -> Self {
+        use rdkafka::consumer::Consumer;
+        use std::sync::atomic::Ordering;
+        let c = consumer(bootstrap, group);
+        c.subscribe(&[topic]).expect("subscribe");
+        wait_assigned(&c);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < 2 * CONSUMER_DEADLINE {
+                let _ = c.poll(Duration::from_millis(50));
+            }
+            drop(c);
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn close(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().expect("running").join().expect("consumer thread");
+    }
+}
+
+impl Drop for LiveConsumer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
