@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ringmirror's tests need on a fresh Debian machine with the
 # Rust toolchain: a C toolchain for librdkafka (built from source by the
-# rdkafka crate), kcat, and the Python Kafka clients the interop tests drive.
+# rdkafka crate), kcat, the Python Kafka clients the interop tests drive, and
+# the tansu broker.
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
@@ -41,5 +42,15 @@ if ! python3 -c "import $(IFS=,; echo "${py_modules[*]}")" 2>/dev/null; then
     pip_flags+=(--break-system-packages)
   fi
   python3 -m pip install "${pip_flags[@]}" "${py_packages[@]}"
+fi
+# tansu: an independent Kafka-compatible broker, a mirror source in
+# tests/tansu_source.rs. Built from crates.io (no binary is published to the
+# registries we reach); a debug build (~4 min on 2 cores) is half the time
+# of a release one and fast enough for a test peer. dynostore gives its
+# in-memory storage engine.
+tansu_version="0.6.0"
+if [ "$(tansu --version 2>/dev/null)" != "tansu $tansu_version" ]; then
+  echo "setup: installing tansu $tansu_version (cargo install, a few minutes)"
+  cargo install tansu --version "$tansu_version" --locked --debug --features dynostore --quiet
 fi
 echo "setup: done"
