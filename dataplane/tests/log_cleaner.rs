@@ -336,10 +336,10 @@ fn within_horizon(batches: &[Built], bases: &[i64], offset: i64, retention_ms: u
     largest.saturating_add(retention_ms as i64) > NOW_MS as i64
 }
 
-/// The latest committed offset of each key.
-fn latest_offsets(batches: &[Built]) -> HashMap<&[u8], i64> {
+/// The latest committed offset of each key in the batches below `end`.
+fn latest_offsets(batches: &[Built], end: i64) -> HashMap<&[u8], i64> {
     let mut latest = HashMap::new();
-    for b in batches {
+    for b in batches.iter().filter(|b| b.base < end) {
         if matches!(b.kind, Kind::Data | Kind::Txn { aborted: false }) {
             for r in &b.records {
                 if let Some(k) = &r.key {
@@ -352,9 +352,22 @@ fn latest_offsets(batches: &[Built]) -> HashMap<&[u8], i64> {
 }
 
 /// The records the log holds once the batches whose base offset is in
-/// `range` are cleaned, given the segment layout before cleaning.
+/// `range` are cleaned, given the segment layout before cleaning, with an
+/// offset map of every sealed segment (the active one hides nothing).
 fn model(batches: &[Built], bases: &[i64], range: (i64, i64), retention_ms: u64) -> Vec<Record> {
-    let latest = latest_offsets(batches);
+    model_mapped(batches, bases, range, *bases.last().expect("a segment"), retention_ms)
+}
+
+/// [`model`] with the offset maps of the passes so far covering the
+/// batches below `mapped_end` only.
+fn model_mapped(
+    batches: &[Built],
+    bases: &[i64],
+    range: (i64, i64),
+    mapped_end: i64,
+    retention_ms: u64,
+) -> Vec<Record> {
+    let latest = latest_offsets(batches, mapped_end);
     let mut out = Vec::new();
     for b in batches {
         let cleaned = range.0 <= b.base && b.base < range.1;
@@ -795,6 +808,56 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// An offset map with room for one segment's keys: each pass maps the
+    /// next dirty segment(s) and cleans the log up to their end, never
+    /// further; the passes end where one unbounded pass ends, with the same
+    /// records, and every log in between is what the model keeps for the
+    /// part mapped so far.
+    #[test]
+    fn a_full_offset_map_cleans_in_passes_that_end_as_one_pass_does(
+        steps in prop::collection::vec(gen_step(6), 5..60),
+        segment_bytes in 600u64..3000,
+        retention_ms in prop_oneof![Just(0u64), Just(1u64 << 40)],
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(segment_bytes);
+        let batches = build(&steps);
+        let mut log = write_log(dir.path(), &config, &batches);
+        let bases = log.segment_base_offsets();
+        let active = *bases.last().unwrap();
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        let pids = producers(&log);
+        let tiny = CleanOptions { offset_map_bytes: 1, ..CleanOptions::new(retention_ms) };
+        let mut cleaned_end = log.first_dirty_offset();
+        let mut passes = 0;
+        while cleaned_end < active {
+            let report = log.clean(&tiny, NOW_MS).unwrap();
+            passes += 1;
+            prop_assert!(report.cleaned_end > cleaned_end, "pass {} made no progress: {:?}", passes, report);
+            prop_assert!(bases.contains(&report.cleaned_end), "pass {} ended inside a segment: {:?}", passes, report);
+            cleaned_end = report.cleaned_end;
+            prop_assert_eq!(log.first_dirty_offset(), cleaned_end);
+            let range = (i64::MIN, cleaned_end);
+            assert_matches(
+                &log,
+                &model_mapped(&batches, &bases, range, cleaned_end, retention_ms),
+                &batches,
+                range,
+                &format!("after pass {passes}"),
+            );
+            prop_assert_eq!((log.log_start_offset(), log.log_end_offset()), (start, end));
+            prop_assert_eq!(producers(&log), pids.clone());
+        }
+        prop_assert!(passes < bases.len().max(2), "{} passes for {} segments", passes, bases.len());
+        let everything = (i64::MIN, active);
+        assert_matches(&log, &model(&batches, &bases, everything, retention_ms), &batches, everything, "after the passes");
+        prop_assert_eq!(
+            view_of(&read_committed(&log)),
+            model_view(&batches, &bases, active, Some(retention_ms)),
+            "READ_COMMITTED latest value per key"
+        );
+    }
 
     #[test]
     fn no_transaction_is_left_open_by_a_rebuild_of_producer_state(

@@ -5,21 +5,28 @@
 //!
 //! [`PartitionLog::clean`] works as Kafka's `LogCleaner` does:
 //!
-//! - **Offset map.** Key → offset of its latest record, over the whole log
-//!   below the last stable offset (sealed segments and the active one), so
-//!   that only decided records count. Records of aborted transactions
-//!   (as the `.txnindex` tells READ_COMMITTED readers) and control records
-//!   do not count: an aborted value never hides a committed one. The map
-//!   holds every live key of the log in memory (Kafka bounds it and cleans
-//!   in several passes).
 //! - **Cleanable range.** The sealed segments from the log start up to the
 //!   first one that is active or reaches the last stable offset (Kafka's
-//!   "first uncleanable offset"). When the active segment is empty, the
-//!   last sealed one is left alone too, so the log end can never depend on
-//!   what cleaning removed. Each pass cleans the whole range.
+//!   "first uncleanable offset"), so that only decided records count. When
+//!   the active segment is empty, the last sealed one is left alone too,
+//!   so the log end can never depend on what cleaning removed.
+//! - **Offset map.** Key → offset of its latest record, over the dirty
+//!   part of the cleanable range (from the first segment holding the first
+//!   dirty offset on): the part below was cleaned already and holds each
+//!   key once. Records of aborted transactions (as the `.txnindex` tells
+//!   READ_COMMITTED readers) and control records do not count: an aborted
+//!   value never hides a committed one. The map is bounded (Kafka's
+//!   `log.cleaner.dedupe.buffer.size`, [`CleanOptions::offset_map_bytes`]):
+//!   when it is full, the pass stops mapping at the start of the segment it
+//!   was reading and cleans only up to there, the rest in the next passes
+//!   (each maps at least one whole segment, so every pass makes progress).
+//!   A pass cleans the segments from the log start to the end of the
+//!   mapped range; a key held only in the already clean part stays as it
+//!   is, and records above the mapped range (the active segment among
+//!   them) hide nothing until a later pass maps them.
 //! - **Dirtiness** (`min.cleanable.dirty.ratio`, Kafka's
 //!   `cleaner-offset-checkpoint`): the log's first dirty offset — the end of
-//!   the range the last pass cleaned — is kept in the partition directory
+//!   the range the last pass cleaned (and mapped) — is kept in the partition directory
 //!   (see `cleaner_checkpoint`), so a restart does not make a log dirty
 //!   again. The dirty ratio is the bytes of the cleanable segments holding
 //!   offsets at or above it over all cleanable bytes. Truncation lowers it to
@@ -134,6 +141,9 @@ use super::producer_state::ProducerState;
 use super::segment::Segment;
 use super::txn_index::AbortedTxn;
 
+/// What one key costs the offset map besides its bytes: its offset, the
+/// key's heap header and allocation, the hash table's slot and slack.
+pub const OFFSET_MAP_ENTRY_BYTES: u64 = 64;
 /// Decompressed bytes allowed per batch while cleaning; a batch beyond it
 /// (or one that does not decode) is kept as it is and its keys not counted.
 const DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -162,6 +172,10 @@ pub struct CleanOptions {
     /// the log's first dirty offset are at least this share of the
     /// cleanable bytes. `None` cleans whatever the ratio.
     pub min_cleanable_ratio: Option<f64>,
+    /// `log.cleaner.dedupe.buffer.size`: the memory the offset map may take
+    /// (keys and their offsets, with [`OFFSET_MAP_ENTRY_BYTES`] of overhead
+    /// per key), beyond one segment's keys (see the module doc).
+    pub offset_map_bytes: u64,
     /// Tests only: stop (with an error) right after this step of the first
     /// swap, leaving the files as a crash there would; the log must then be
     /// dropped and reopened.
@@ -175,6 +189,7 @@ impl CleanOptions {
         Self {
             delete_retention_ms,
             min_cleanable_ratio: None,
+            offset_map_bytes: LogConfig::default().log_cleaner_dedupe_buffer_size,
             halt_after: None,
         }
     }
@@ -184,6 +199,7 @@ impl CleanOptions {
         Self {
             delete_retention_ms: config.delete_retention_ms,
             min_cleanable_ratio: Some(config.min_cleanable_dirty_ratio),
+            offset_map_bytes: config.log_cleaner_dedupe_buffer_size,
             halt_after: None,
         }
     }
@@ -242,6 +258,9 @@ pub struct CleanReport {
     /// Bytes of the cleaned range before and after.
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// The end of the range this pass cleaned: the log's first dirty
+    /// offset now (0 when nothing was due).
+    pub cleaned_end: i64,
 }
 
 /// What happens to one batch.
@@ -350,22 +369,24 @@ impl PartitionLog {
         {
             return Ok(report);
         }
-        let upper = self.last_stable_offset();
         let aborted = self.aborted_ranges();
+        let (map, mapped_end) = self.build_offset_map(&cleanable, cleanable_end, &aborted, options.offset_map_bytes)?;
         let mut pass = Pass {
-            map: self.build_offset_map(upper, &aborted)?,
+            map,
             aborted,
             open_txns: HashMap::new(),
             aborts_passed: HashMap::new(),
             snapshot_txns: self.snapshot_txns()?,
         };
-        for (group, next_base) in self.group_segments(&cleanable, cleanable_end) {
+        let cleaned: Vec<i64> = cleanable.into_iter().filter(|&base| base < mapped_end).collect();
+        for (group, next_base) in self.group_segments(&cleaned, mapped_end) {
             self.clean_group(&group, next_base, &mut pass, options, now_ms, &mut report)?;
         }
-        if cleanable_end > self.first_dirty_offset {
-            cleaner_checkpoint::store(&self.dir, cleanable_end)?;
-            self.first_dirty_offset = cleanable_end;
+        if mapped_end > self.first_dirty_offset {
+            cleaner_checkpoint::store(&self.dir, mapped_end)?;
+            self.first_dirty_offset = mapped_end;
         }
+        report.cleaned_end = mapped_end;
         Ok(report)
     }
 
@@ -460,13 +481,33 @@ impl PartitionLog {
         Ok(txns)
     }
 
-    fn build_offset_map(&self, upper: i64, aborted: &AbortedRanges) -> Result<OffsetMap> {
+    /// The offset map of the dirty `cleanable` segments (see the module
+    /// doc), and the end of the range it covers: `cleanable_end`, or the
+    /// base of the segment where `budget_bytes` ran out (never the first
+    /// segment mapped).
+    fn build_offset_map(
+        &self,
+        cleanable: &[i64],
+        cleanable_end: i64,
+        aborted: &AbortedRanges,
+        budget_bytes: u64,
+    ) -> Result<(OffsetMap, i64)> {
         let mut map = OffsetMap::new();
-        for segment in self.segments.values() {
+        let mut used = 0u64;
+        let mut mapped_one = false;
+        for base in cleanable {
+            let segment = &self.segments[base];
+            if segment.next_offset <= self.first_dirty_offset {
+                continue;
+            }
             for item in BatchIter::new(segment.bytes(), self.config.max_batch_bytes) {
                 let (_, batch) = item?;
-                if batch.base_offset() >= upper {
-                    return Ok(map);
+                if mapped_one && used >= budget_bytes {
+                    // Entries of this segment stay: each points at a later
+                    // record of its key, which a pass never removes.
+                    tracing::info!(dir = %self.dir.display(), keys = map.len(), bytes = used, end = base,
+                        "log cleaner's offset map is full: this pass cleans below the segment it reached");
+                    return Ok((map, *base));
                 }
                 if batch.is_control() || is_aborted(&batch, aborted) {
                     continue;
@@ -477,13 +518,17 @@ impl PartitionLog {
                     continue;
                 };
                 for record in records {
-                    if let (Some(key), true) = (record.key, record.offset < upper) {
-                        map.insert(key, record.offset);
+                    if let Some(key) = record.key {
+                        let key_bytes = key.len() as u64;
+                        if map.insert(key, record.offset).is_none() {
+                            used += key_bytes + OFFSET_MAP_ENTRY_BYTES;
+                        }
                     }
                 }
             }
+            mapped_one = true;
         }
-        Ok(map)
+        Ok((map, cleanable_end))
     }
 
     /// Groups of consecutive segments rewritten into one, each with the

@@ -53,6 +53,11 @@ pub struct LogConfig {
     /// local partition to clean (one partition per pass), and applies
     /// retention to local partitions.
     pub log_cleaner_interval_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: the memory one cleaning pass's
+    /// offset map may take; a log with more distinct keys in its dirty
+    /// part is cleaned in several passes (each shard cleans one partition
+    /// at a time, so a shard holds at most one such map).
+    pub log_cleaner_dedupe_buffer_size: u64,
     /// `retention.ms` for local partitions (`cleanup.policy` with delete):
     /// sealed segments whose newest record is older go. None (the default,
     /// unlike Kafka's 7 days): kept, unless the topic's synced config says.
@@ -82,6 +87,7 @@ impl Default for LogConfig {
             delete_retention_ms: 86_400_000,
             min_cleanable_dirty_ratio: 0.5,
             log_cleaner_interval_ms: 15_000,
+            log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             retention_ms: None,
             retention_bytes: None,
         }
