@@ -32,24 +32,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateAclsRequest, CreateAclsResponse, DescribeAclsResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, GroupId, MetadataRequest, MetadataResponse, OffsetFetchRequest,
-    OffsetFetchResponse, TopicName,
+    ApiKey, CreateAclsRequest, CreateAclsResponse, DescribeAclsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, GroupId, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminRequest, PartitionView};
 use ringmirror_control::mirror::MirrorConfig;
@@ -57,12 +50,11 @@ use ringmirror_dataplane::serve::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
 
-use common::{ChildGuard, KafkaConnection, SourcePartitionLog};
+use common::tansu::{Tansu, create_topics, delete_topic, free_addr, produce, tansu_binary};
+use common::{KafkaConnection, SourcePartitionLog};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// The tansu release the tests were written against (`scripts/setup.sh`).
-const TANSU_VERSION: &str = "tansu 0.6.0";
 const ORDERS: &str = "orders";
 const TRADES: &str = "trades";
 const EVENTS: &str = "events";
@@ -75,167 +67,6 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
-}
-
-// ---------------------------------------------------------------------------
-// tansu, as a process
-// ---------------------------------------------------------------------------
-
-/// The tansu executable: `$TANSU`, else `tansu` on the PATH, else where
-/// `cargo install` puts it; it must be the version the tests were written
-/// for.
-fn tansu_binary() -> PathBuf {
-    let installed = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")))
-        .map(|cargo_home| cargo_home.join("bin").join("tansu"));
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("tansu").is_file()));
-    let binary = match (std::env::var_os("TANSU"), installed) {
-        (Some(explicit), _) => PathBuf::from(explicit),
-        (None, Some(installed)) if !on_path && installed.is_file() => installed,
-        _ => PathBuf::from("tansu"),
-    };
-    let version = Command::new(&binary).arg("--version").output().unwrap_or_else(|e| {
-        panic!(
-            "these tests need the tansu broker ({}: {e}); scripts/setup.sh installs it \
-                 (cargo install tansu --version 0.6.0 --locked --features dynostore)",
-            binary.display()
-        )
-    });
-    let printed = String::from_utf8_lossy(&version.stdout);
-    assert_eq!(
-        printed.trim(),
-        TANSU_VERSION,
-        "{} is not the tansu these tests were written for",
-        binary.display()
-    );
-    binary
-}
-
-/// One tansu broker on `addr` with in-memory storage (gone when it stops).
-struct Tansu {
-    _child: ChildGuard,
-    addr: String,
-    log_path: PathBuf,
-}
-
-impl Tansu {
-    fn start(binary: &Path, addr: &str, cluster_id: &str, log_path: PathBuf) -> Self {
-        let url = format!("tcp://{addr}");
-        let log = std::fs::File::create(&log_path).expect("tansu log file");
-        let mut command = Command::new(binary);
-        command
-            .arg("broker")
-            .args(["--cluster-id", cluster_id])
-            .args(["--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("tansu log file"))
-            .stderr(log);
-        let child = ChildGuard::spawn(&mut command, "tansu broker").expect("start tansu");
-        let tansu = Self {
-            _child: child,
-            addr: addr.to_owned(),
-            log_path,
-        };
-        tansu.wait_ready();
-        tansu
-    }
-
-    /// Until ApiVersions is answered.
-    fn wait_ready(&self) {
-        let started = Instant::now();
-        loop {
-            let answered = KafkaConnection::connect(&self.addr, IO_TIMEOUT).and_then(|mut c| {
-                c.request::<_, ApiVersionsResponse>(ApiKey::ApiVersions as i16, 3, &ApiVersionsRequest::default())
-            });
-            match answered {
-                Ok(r) if r.error_code == 0 => return,
-                other if started.elapsed() > DEADLINE => {
-                    panic!("tansu at {} not ready: {other:?}\n{}", self.addr, self.log())
-                }
-                _ => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-}
-
-/// A free loopback address (the port is released for tansu to bind).
-fn free_addr() -> String {
-    let probe = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    probe.local_addr().expect("its address").to_string()
-}
-
-fn admin_client(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client")
-}
-
-/// (name, partitions, configs) of a topic to create.
-type NewTopicSpec<'a> = (&'a str, i32, &'a [(&'a str, &'a str)]);
-
-fn create_topics(bootstrap: &str, topics: &[NewTopicSpec]) {
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|&(name, partitions, configs)| {
-            configs.iter().fold(
-                NewTopic::new(name, partitions, TopicReplication::Fixed(1)),
-                |t, &(k, v)| t.set(k, v),
-            )
-        })
-        .collect();
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE));
-    let results =
-        futures_lite::future::block_on(admin_client(bootstrap).create_topics(&new, &options)).expect("create topics");
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
-}
-
-fn delete_topic(bootstrap: &str, topic: &str) {
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE));
-    let results =
-        futures_lite::future::block_on(admin_client(bootstrap).delete_topics(&[topic], &options)).expect("delete");
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
-}
-
-/// `per_partition` records to every partition of `topic`, idempotent and
-/// compressed with `compression`, in batches of a few records (linger).
-fn produce(bootstrap: &str, topic: &str, partitions: i32, per_partition: usize, compression: &str) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("compression.type", compression)
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "7")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .expect("producer");
-    for n in 0..per_partition {
-        for p in 0..partitions {
-            let key = format!("key-{}", n % 5);
-            let value = format!("{topic}-{p}-{n}-{compression}").repeat(8);
-            loop {
-                match producer.send(BaseRecord::to(topic).partition(p).key(&key).payload(&value)) {
-                    Ok(()) => break,
-                    Err((e, _)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
-                        producer.poll(Duration::from_millis(10));
-                    }
-                    Err((e, _)) => panic!("queue a record for {topic}-{p}: {e}"),
-                }
-            }
-        }
-    }
-    producer
-        .flush(DEADLINE)
-        .unwrap_or_else(|e| panic!("flush to {topic} at {bootstrap}: {e}"));
 }
 
 // ---------------------------------------------------------------------------

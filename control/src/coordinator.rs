@@ -1429,6 +1429,7 @@ impl Core {
         let m = self.mirrors.get_mut(name).expect("checked");
         if m.record.config.bootstrap_servers != record.config.bootstrap_servers
             || m.record.config.sasl_client() != record.config.sasl_client()
+            || m.record.config.tls_client() != record.config.tls_client()
         {
             // The next round reaches the new servers (and checks their
             // cluster id against the recorded one).
@@ -1859,6 +1860,7 @@ async fn connection(m: &mut Mirror) -> Result<&mut Connection, ClientError> {
     if m.conn.is_none() {
         let options = ConnectionOptions {
             sasl: m.record.config.sasl_client(),
+            tls: m.record.config.tls_client(),
             ..control_options(&format!("{}-control", m.record.config.name))
         };
         let mut last = None;

@@ -457,15 +457,17 @@ pub async fn sync_group_offsets(
         return Ok(report);
     }
     let share_destination = takes_share_groups(destination);
-    // Other source brokers are reached with the source connection's credentials.
-    let sasl = source.options().sasl.clone();
+    // Other source brokers are reached with the source connection's
+    // credentials and TLS settings.
+    let options = ConnectionOptions {
+        client_id: "ringmirror-group-sync".into(),
+        sasl: source.options().sasl.clone(),
+        tls: source.options().tls.clone(),
+        ..ConnectionOptions::default()
+    };
     let mut brokers = SourceBrokers {
         source,
-        options: ConnectionOptions {
-            client_id: "ringmirror-group-sync".into(),
-            sasl,
-            ..ConnectionOptions::default()
-        },
+        options,
         others: HashMap::new(),
     };
     let listing = list_source_groups(&mut brokers, &mut report).await?;

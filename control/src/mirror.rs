@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use ringmirror_dataplane::client::ConnectionOptions;
+use ringmirror_dataplane::client::{ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::fetch::{IngestMode, MirrorSettings};
 use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, Secret};
 use serde::{Deserialize, Serialize};
@@ -54,8 +54,9 @@ pub struct MirrorConfig {
     /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
     #[serde(default)]
     pub ingest: IngestMode,
-    /// How we reach the source: "plaintext" or "sasl_plaintext" (SASL,
-    /// no TLS), as Kafka's `security.protocol`.
+    /// How we reach the source, as Kafka's `security.protocol`:
+    /// "plaintext", "ssl" (TLS), "sasl_plaintext" or "sasl_ssl" (SASL
+    /// inside TLS).
     #[serde(default, skip_serializing_if = "SecurityProtocol::is_plaintext")]
     pub security_protocol: SecurityProtocol,
     /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with "sasl_plaintext").
@@ -71,23 +72,54 @@ pub struct MirrorConfig {
     /// `sasl_password`), read at each connect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl_password_file: Option<PathBuf>,
+    /// With "ssl"/"sasl_ssl": a PEM file of the CA certificates that sign
+    /// the source's certificates, on the agent's host, read at each connect
+    /// (default: the system's CA store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_ca_location: Option<PathBuf>,
+    /// With "ssl"/"sasl_ssl": "https" (the default) checks that the
+    /// source's certificate names the host connected to; "" or "none"
+    /// checks only its chain (Kafka's setting of the same name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_endpoint_identification_algorithm: Option<String>,
 }
 
-/// How a mirror connects to its source (Kafka's `security.protocol`;
-/// TLS is not supported yet).
+/// How a mirror connects to its source (Kafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SecurityProtocol {
     #[default]
     #[serde(alias = "PLAINTEXT")]
     Plaintext,
+    #[serde(alias = "SSL")]
+    Ssl,
     #[serde(alias = "SASL_PLAINTEXT")]
     SaslPlaintext,
+    #[serde(alias = "SASL_SSL")]
+    SaslSsl,
 }
 
 impl SecurityProtocol {
     pub fn is_plaintext(&self) -> bool {
         *self == Self::Plaintext
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    /// Its name in settings and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "plaintext",
+            Self::Ssl => "ssl",
+            Self::SaslPlaintext => "sasl_plaintext",
+            Self::SaslSsl => "sasl_ssl",
+        }
     }
 }
 
@@ -169,48 +201,63 @@ impl MirrorConfig {
         self.validate_security().map_err(invalid)
     }
 
-    /// The SASL settings: complete with "sasl_plaintext", absent without.
+    /// The SASL settings: complete with "sasl_plaintext"/"sasl_ssl",
+    /// absent otherwise; the TLS settings only with "ssl"/"sasl_ssl".
     fn validate_security(&self) -> Result<(), String> {
+        let protocol = self.security_protocol;
+        let any_tls = self.ssl_ca_location.is_some() || self.ssl_endpoint_identification_algorithm.is_some();
+        if any_tls && !protocol.uses_tls() {
+            return Err("ssl_* settings need security_protocol = \"ssl\" or \"sasl_ssl\"".into());
+        }
+        if self.ssl_ca_location.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err("ssl_ca_location is empty".into());
+        }
+        if let Some(algorithm) = &self.ssl_endpoint_identification_algorithm
+            && !matches!(algorithm.as_str(), "https" | "" | "none")
+        {
+            return Err(format!(
+                "ssl_endpoint_identification_algorithm {algorithm:?}: \"https\" checks the host name, \"\" or \"none\" does not"
+            ));
+        }
         let any_sasl = self.sasl_mechanism.is_some()
             || self.sasl_username.is_some()
             || self.sasl_password.is_some()
             || self.sasl_password_file.is_some();
-        match self.security_protocol {
-            SecurityProtocol::Plaintext if any_sasl => {
-                Err("sasl_* settings need security_protocol = \"sasl_plaintext\"".into())
-            }
-            SecurityProtocol::Plaintext => Ok(()),
-            SecurityProtocol::SaslPlaintext => {
-                if self.sasl_mechanism.is_none() {
-                    return Err(
-                        "security_protocol sasl_plaintext needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
-                            .into(),
-                    );
-                }
-                if self.sasl_username.as_deref().is_none_or(str::is_empty) {
-                    return Err("security_protocol sasl_plaintext needs sasl_username".into());
-                }
-                match (&self.sasl_password, &self.sasl_password_file) {
-                    (None, None) => {
-                        Err("security_protocol sasl_plaintext needs sasl_password or sasl_password_file".into())
-                    }
-                    (Some(_), Some(_)) => Err("sasl_password and sasl_password_file are exclusive".into()),
-                    (Some(p), None) if p.expose().is_empty() => Err("sasl_password is empty".into()),
-                    (Some(p), None) if p.is_redacted() => Err(format!(
-                        "sasl_password is the placeholder {:?} API answers show, not a password",
-                        ringmirror_dataplane::sasl::REDACTED
-                    )),
-                    // The file is read at each connect, on the agent's host
-                    // (a CLI elsewhere cannot check it).
-                    (Some(_), None) | (None, Some(_)) => Ok(()),
-                }
-            }
+        if !protocol.uses_sasl() {
+            return if any_sasl {
+                Err("sasl_* settings need security_protocol = \"sasl_plaintext\" or \"sasl_ssl\"".into())
+            } else {
+                Ok(())
+            };
+        }
+        let name = protocol.name();
+        if self.sasl_mechanism.is_none() {
+            return Err(format!(
+                "security_protocol {name} needs sasl_mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            ));
+        }
+        if self.sasl_username.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("security_protocol {name} needs sasl_username"));
+        }
+        match (&self.sasl_password, &self.sasl_password_file) {
+            (None, None) => Err(format!(
+                "security_protocol {name} needs sasl_password or sasl_password_file"
+            )),
+            (Some(_), Some(_)) => Err("sasl_password and sasl_password_file are exclusive".into()),
+            (Some(p), None) if p.expose().is_empty() => Err("sasl_password is empty".into()),
+            (Some(p), None) if p.is_redacted() => Err(format!(
+                "sasl_password is the placeholder {:?} API answers show, not a password",
+                ringmirror_dataplane::sasl::REDACTED
+            )),
+            // The file is read at each connect, on the agent's host (a CLI
+            // elsewhere cannot check it).
+            (Some(_), None) | (None, Some(_)) => Ok(()),
         }
     }
 
-    /// How the mirror authenticates to its source (`None`: PLAINTEXT).
+    /// How the mirror authenticates to its source (`None`: no SASL).
     pub fn sasl_client(&self) -> Option<SaslClientConfig> {
-        if self.security_protocol != SecurityProtocol::SaslPlaintext {
+        if !self.security_protocol.uses_sasl() {
             return None;
         }
         let password = match (&self.sasl_password, &self.sasl_password_file) {
@@ -222,6 +269,17 @@ impl MirrorConfig {
             mechanism: self.sasl_mechanism?,
             username: self.sasl_username.clone()?,
             password,
+        })
+    }
+
+    /// How the mirror's connections set up TLS (`None`: in clear).
+    pub fn tls_client(&self) -> Option<TlsClientConfig> {
+        self.security_protocol.uses_tls().then(|| TlsClientConfig {
+            ca_file: self.ssl_ca_location.clone(),
+            verify_hostname: self
+                .ssl_endpoint_identification_algorithm
+                .as_deref()
+                .is_none_or(|a| a == "https"),
         })
     }
 
@@ -265,6 +323,7 @@ impl MirrorConfig {
             connection: ConnectionOptions {
                 client_id: format!("ringmirror-{}", self.name),
                 sasl: self.sasl_client(),
+                tls: self.tls_client(),
                 ..ConnectionOptions::default()
             },
             ..MirrorSettings::default()
@@ -358,6 +417,49 @@ mod tests {
     }
 
     #[test]
+    fn tls_settings_are_checked_and_reach_the_data_plane() {
+        let base = "name = \"a\"\nbootstrap_servers = [\"h:1\"]\ntopics = [\"t\"]\n";
+        let err = |t: &str| mirror(&format!("{base}{t}")).validate().unwrap_err().to_string();
+        assert!(err("ssl_ca_location = \"/ca.pem\"").contains("need security_protocol"));
+        assert!(err("security_protocol = \"ssl\"\nssl_ca_location = \"\"").contains("empty"));
+        assert!(
+            err("security_protocol = \"ssl\"\nssl_endpoint_identification_algorithm = \"http\"")
+                .contains("ssl_endpoint_identification_algorithm")
+        );
+        assert!(err("security_protocol = \"SASL_SSL\"").contains("sasl_ssl needs sasl_mechanism"));
+
+        let plain = mirror(base);
+        assert_eq!((plain.tls_client(), plain.settings().connection.tls), (None, None));
+        let ssl = mirror(&format!(
+            "{base}security_protocol = \"SSL\"\nssl_ca_location = \"/ca.pem\""
+        ));
+        ssl.validate().unwrap();
+        let expected = TlsClientConfig {
+            ca_file: Some("/ca.pem".into()),
+            verify_hostname: true,
+        };
+        assert_eq!(ssl.settings().connection.tls, Some(expected));
+        assert_eq!(ssl.sasl_client(), None);
+        let json = serde_json::to_string(&ssl).unwrap();
+        assert_eq!(serde_json::from_str::<MirrorConfig>(&json).unwrap(), ssl);
+
+        let sasl_ssl = mirror(&format!(
+            "{base}security_protocol = \"sasl_ssl\"\nssl_endpoint_identification_algorithm = \"\"\n\
+             sasl_mechanism = \"PLAIN\"\nsasl_username = \"u\"\nsasl_password = \"p\""
+        ));
+        sasl_ssl.validate().unwrap();
+        let connection = sasl_ssl.settings().connection;
+        assert_eq!(
+            connection.tls,
+            Some(TlsClientConfig {
+                ca_file: None,
+                verify_hostname: false
+            })
+        );
+        assert_eq!(connection.sasl.map(|s| s.mechanism), Some(Mechanism::Plain));
+    }
+
+    #[test]
     fn sasl_settings_are_checked_and_the_password_is_redacted() {
         let base = "name = \"a\"\nbootstrap_servers = [\"h:1\"]\ntopics = [\"t\"]\n";
         let err = |t: &str| mirror(&format!("{base}{t}")).validate().unwrap_err().to_string();
@@ -374,8 +476,8 @@ mod tests {
         file.validate().unwrap();
         assert_eq!(file.sasl_client().unwrap().password, Password::File("/etc/pw".into()));
         assert!(err(&format!("{sasl}sasl_username = \"u\"\nsasl_password = \"***\"")).contains("placeholder"));
-        let ssl = toml::from_str::<MirrorConfig>(&format!("{base}security_protocol = \"ssl\""));
-        assert!(ssl.unwrap_err().to_string().contains("unknown variant `ssl`"));
+        let tls = toml::from_str::<MirrorConfig>(&format!("{base}security_protocol = \"tls\""));
+        assert!(tls.unwrap_err().to_string().contains("unknown variant `tls`"));
 
         let m = mirror(&format!(
             "{base}{sasl}sasl_username = \"u\"\nsasl_password = \"hunter2\""

@@ -1,5 +1,5 @@
-//! One Kafka connection: framing, correlation ids, ApiVersions negotiation,
-//! SASL authentication (see [`super::sasl`]), whole-frame requests for small messages (typed by `kafka-protocol`, or
+//! One Kafka connection: TLS (see [`super::tls`]), framing, correlation
+//! ids, ApiVersions negotiation, SASL authentication (see [`super::sasl`]), whole-frame requests for small messages (typed by `kafka-protocol`, or
 //! encoded by hand for the APIs it does not know), and streaming access to
 //! the receive buffer for Fetch responses.
 //!
@@ -8,15 +8,19 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_rustls::client::TlsStream;
 use glommio::net::TcpStream;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 use super::error::ClientError;
+use super::tls::{self, TlsClientConfig};
 use crate::sasl::SaslClientConfig;
 
 /// Receive buffer for everything but record bytes: response headers and
@@ -35,8 +39,10 @@ pub struct ConnectionOptions {
     pub io_timeout: Duration,
     /// The largest response frame accepted.
     pub max_response_bytes: usize,
-    /// SASL authentication after ApiVersions (`None`: PLAINTEXT).
+    /// SASL authentication after ApiVersions (`None`: none).
     pub sasl: Option<SaslClientConfig>,
+    /// TLS from the first byte (`None`: in clear).
+    pub tls: Option<TlsClientConfig>,
 }
 
 impl Default for ConnectionOptions {
@@ -47,13 +53,52 @@ impl Default for ConnectionOptions {
             io_timeout: Duration::from_secs(30),
             max_response_bytes: 256 * 1024 * 1024,
             sasl: None,
+            tls: None,
+        }
+    }
+}
+
+/// The socket, in clear or under TLS.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_close(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
         }
     }
 }
 
 pub struct Connection {
     addr: String,
-    stream: TcpStream,
+    stream: Transport,
     options: ConnectionOptions,
     next_correlation_id: i32,
     /// Broker's supported version range per API key.
@@ -131,6 +176,18 @@ impl Connection {
         stream
             .set_write_timeout(Some(options.io_timeout))
             .map_err(|e| io("set write timeout")(e.into()))?;
+        let stream = match &options.tls {
+            None => Transport::Plain(stream),
+            Some(config) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Transport::Tls(Box::new(
+                    tls::handshake(config, host, stream)
+                        .await
+                        .map_err(io("TLS handshake"))?,
+                ))
+            }
+        };
         Ok(Self {
             addr: addr.into(),
             stream,
@@ -253,14 +310,16 @@ impl Connection {
         let len = (self.tx.len() - 4) as i32;
         self.tx[..4].copy_from_slice(&len.to_be_bytes());
         let addr = &self.addr;
-        self.stream
-            .write_all(&self.tx)
-            .await
-            .map_err(|source| ClientError::Io {
-                addr: addr.clone(),
-                op: "send",
-                source,
-            })?;
+        let sent = match self.stream.write_all(&self.tx).await {
+            // TLS holds written bytes until flushed.
+            Ok(()) => self.stream.flush().await,
+            Err(e) => Err(e),
+        };
+        sent.map_err(|source| ClientError::Io {
+            addr: addr.clone(),
+            op: "send",
+            source,
+        })?;
         Ok(correlation_id)
     }
 

@@ -1,7 +1,7 @@
 //! A Kafka protocol client on a glommio executor: connections with
 //! size-prefixed framing and correlation ids, ApiVersions negotiation, and
 //! the few requests the mirror needs (Metadata, ListOffsets,
-//! OffsetForLeaderEpoch, Fetch), SASL (PLAIN, SCRAM) after ApiVersions.
+//! OffsetForLeaderEpoch, Fetch), TLS, SASL (PLAIN, SCRAM) after ApiVersions.
 //! Schemas come from the `kafka-protocol`
 //! crate; Fetch responses are read as a stream (see [`crate::wire`]) so
 //! record bytes can go straight into the log.
@@ -12,7 +12,9 @@ pub mod error_codes;
 pub mod mirror_epochs;
 mod requests;
 mod sasl;
+mod tls;
 
 pub use connection::{Connection, ConnectionOptions};
 pub use error::ClientError;
 pub use requests::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, list_offset};
+pub use tls::TlsClientConfig;

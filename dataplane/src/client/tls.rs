@@ -1,0 +1,168 @@
+//! TLS to a source (Kafka's `security.protocol` SSL and SASL_SSL): rustls
+//! over the connection's glommio socket. The server's certificate chain is
+//! checked against a CA file of the mirror's (PEM), or the system's CA
+//! store, and its name against the host the connection was opened to
+//! (Kafka's `ssl.endpoint.identification.algorithm=https`, the default),
+//! unless the mirror turns the name check off. Client certificates (mutual
+//! TLS) are not offered.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_rustls::TlsConnector;
+use futures_rustls::client::TlsStream;
+use glommio::net::TcpStream;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+/// How a connection sets up TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsClientConfig {
+    /// PEM file of the CA certificates to trust (`None`: the system's).
+    pub ca_file: Option<PathBuf>,
+    /// Check that the certificate names the host connected to.
+    pub verify_hostname: bool,
+}
+
+impl TlsClientConfig {
+    /// A rustls client config: the trust anchors are read at each call, so
+    /// a rotated CA file applies from the next connection on.
+    fn rustls_config(&self) -> Result<Arc<ClientConfig>, String> {
+        let roots = Arc::new(self.roots()?);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS versions: {e}"))?;
+        let config = if self.verify_hostname {
+            builder.with_root_certificates(roots).with_no_client_auth()
+        } else {
+            let chain_only = WebPkiServerVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|e| format!("TLS certificate verifier: {e}"))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyName(chain_only)))
+                .with_no_client_auth()
+        };
+        Ok(Arc::new(config))
+    }
+
+    fn roots(&self) -> Result<RootCertStore, String> {
+        let mut roots = RootCertStore::empty();
+        match &self.ca_file {
+            Some(path) => {
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                    .and_then(|certs| certs.collect())
+                    .map_err(|e| format!("ssl_ca_location {}: {e}", path.display()))?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(format!(
+                        "ssl_ca_location {}: no CA certificate in the file",
+                        path.display()
+                    ));
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                let (added, _) = roots.add_parsable_certificates(found.certs);
+                if added == 0 {
+                    return Err(format!(
+                        "no CA certificate in the system's store ({} error(s) reading it); set ssl_ca_location",
+                        found.errors.len()
+                    ));
+                }
+            }
+        }
+        Ok(roots)
+    }
+}
+
+/// TLS over `stream`, to the server `host` (a DNS name or an IP address).
+pub(super) async fn handshake(
+    config: &TlsClientConfig,
+    host: &str,
+    stream: TcpStream,
+) -> Result<TlsStream<TcpStream>, std::io::Error> {
+    let rustls_config = config.rustls_config().map_err(std::io::Error::other)?;
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("TLS server name {host}: {e}")))?;
+    TlsConnector::from(rustls_config).connect(name, stream).await
+}
+
+/// The certificate chain checked, the name not (Kafka's empty
+/// `ssl.endpoint.identification.algorithm`).
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_file_without_certificates_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.pem");
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let config = TlsClientConfig {
+            ca_file: Some(path.clone()),
+            verify_hostname: true,
+        };
+        let err = config.rustls_config().unwrap_err();
+        assert!(err.contains("no CA certificate") && err.contains("empty.pem"), "{err}");
+        let missing = TlsClientConfig {
+            ca_file: Some(dir.path().join("missing.pem")),
+            verify_hostname: false,
+        };
+        let err = missing.rustls_config().unwrap_err();
+        assert!(
+            err.starts_with("ssl_ca_location") && err.contains("missing.pem"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Mirroring over TLS (`security_protocol = "ssl"`): the source is the
+//! tansu broker behind an OpenSSL TLS endpoint (`socat`), which tansu
+//! advertises, so every connection — bootstrap, metadata, fetchers, group
+//! sync, the coordinator's — goes through TLS. Certificates are made here
+//! with the `openssl` command: a CA, a server certificate for the IP
+//! address 127.0.0.1 only, and a second, unrelated CA.
+//!
+//! - With the CA (`ssl_ca_location`) and the host name checked (the
+//!   default), the topic's batches arrive byte for byte, with its topic id,
+//!   and a consumer group's offsets are synced. confluent-kafka produces
+//!   through the same TLS endpoint, so the endpoint is checked with a real
+//!   client too.
+//! - Connecting as `localhost` (a name the certificate does not hold): the
+//!   mirror refuses the certificate, with the reason in `mirror describe`;
+//!   with `ssl_endpoint_identification_algorithm = ""` the same connection
+//!   is taken and its topic mirrored.
+//! - With another CA the certificate is refused, with the reason.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringmirror::agent::Agent;
+use ringmirror_control::admin::AdminRequest;
+use ringmirror_control::mirror::MirrorConfig;
+
+use common::ChildGuard;
+use common::tansu::{Tansu, free_addr, tansu_binary};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `openssl` with `args` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("these tests need the openssl command (scripts/setup.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The files of a test PKI.
+struct Pki {
+    ca: PathBuf,
+    other_ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+}
+
+/// A CA and a server certificate it signs for IP 127.0.0.1 (no DNS name),
+/// and a second CA that signs nothing here.
+fn make_pki(dir: &Path) -> Pki {
+    let days = ["-days", "2"];
+    for ca in ["ca", "other-ca"] {
+        let (key, cert, subject) = (
+            format!("{ca}.key"),
+            format!("{ca}.pem"),
+            format!("/CN=ringmirror test {ca}"),
+        );
+        openssl(
+            dir,
+            &[
+                &[
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &cert, "-subj", &subject,
+                ][..],
+                &days,
+            ]
+            .concat(),
+        );
+    }
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-extfile",
+                "server.ext",
+            ][..],
+            &days,
+        ]
+        .concat(),
+    );
+    Pki {
+        ca: dir.join("ca.pem"),
+        other_ca: dir.join("other-ca.pem"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+    }
+}
+
+/// An OpenSSL TLS endpoint on `listen` forwarding each connection in
+/// clear to `target` (socat, one process per connection).
+fn tls_endpoint(pki: &Pki, listen: &str, target: &str) -> ChildGuard {
+    let (host, port) = listen.rsplit_once(':').expect("host:port");
+    let mut command = Command::new("socat");
+    command
+        .arg(format!(
+            "OPENSSL-LISTEN:{port},bind={host},reuseaddr,fork,cert={},key={},verify=0",
+            pki.server_cert.display(),
+            pki.server_key.display()
+        ))
+        .arg(format!("TCP:{target}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = ChildGuard::spawn(&mut command, "socat TLS endpoint")
+        .expect("these tests need socat (scripts/setup.sh installs it)");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(started.elapsed() < DEADLINE, "socat does not listen on {listen}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// confluent-kafka (librdkafka with OpenSSL) through the TLS endpoint:
+/// creates `topics` (name, partitions) and produces `records` lz4 records
+/// to every partition of each; a group commits offset 3 of partition 0.
+fn produce_over_tls(bootstrap: &str, ca: &Path, topics: &[(&str, i32)], records: usize) {
+    let script = r#"
+import sys
+from confluent_kafka import Producer, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+bootstrap, ca, records = sys.argv[1], sys.argv[2], int(sys.argv[3])
+topics = [(t.split(":")[0], int(t.split(":")[1])) for t in sys.argv[4:]]
+tls = {"bootstrap.servers": bootstrap, "security.protocol": "ssl", "ssl.ca.location": ca}
+admin = AdminClient(tls)
+for name, f in admin.create_topics([NewTopic(t, p, 1) for t, p in topics]).items():
+    f.result(30)
+producer = Producer(dict(tls, **{"compression.type": "lz4", "linger.ms": 5, "enable.idempotence": True}))
+for name, partitions in topics:
+    for n in range(records):
+        for p in range(partitions):
+            producer.produce(name, key=b"k%d" % (n % 4), value=(b"%s-%d-%d " % (name.encode(), p, n)) * 6, partition=p)
+assert producer.flush(30) == 0, "records left unsent"
+consumer = Consumer(dict(tls, **{"group.id": "billing", "enable.auto.commit": False}))
+consumer.commit(offsets=[TopicPartition(topics[0][0], 0, 3)], asynchronous=False)
+consumer.close()
+print("ok")
+"#;
+    let mut command = Command::new("python3");
+    command
+        .arg("-c")
+        .arg(script)
+        .arg(bootstrap)
+        .arg(ca)
+        .arg(records.to_string());
+    for (topic, partitions) in topics {
+        command.arg(format!("{topic}:{partitions}"));
+    }
+    let out = common::run_client(command, "confluent-kafka over TLS", "", CLIENT_TIMEOUT);
+    assert!(
+        out.status.success() && out.stdout.trim() == "ok",
+        "confluent-kafka over TLS: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+fn mirror_definition(name: &str, bootstrap: &str, topic: &str, tls: serde_json::Value) -> MirrorConfig {
+    let mut definition = serde_json::json!({
+        "name": name,
+        "bootstrap_servers": [bootstrap],
+        "topics": [topic],
+        "fetch_max_wait_ms": 50,
+        "metadata_refresh_interval_ms": 1000,
+        "security_protocol": "ssl",
+    });
+    definition
+        .as_object_mut()
+        .expect("an object")
+        .extend(tls.as_object().expect("an object").clone());
+    serde_json::from_value(definition).expect("mirror definition")
+}
+
+/// Waits until `mirror`'s last round failed with an error holding `says`.
+fn wait_sync_error(agent: &Agent, mirror: &str, says: &str) -> String {
+    common::wait_until(
+        DEADLINE,
+        &format!("{mirror}'s sync error"),
+        || match common::describe_mirror(agent, mirror).sync_error {
+            Some(e) if e.contains(says) => Ok(e),
+            other => Err(format!("{other:?}")),
+        },
+    )
+}
+
+/// Every batch of `topic`-`partition` the plaintext `tansu` holds and the
+/// agent `ours` serves are the same bytes at the same offsets.
+fn assert_same_batches(tansu: &str, ours: &str, topic: &str, partition: i32) {
+    let source = common::source_partition_log(tansu, topic, partition, DEADLINE);
+    assert!(!source.batches.is_empty(), "{topic}-{partition}: nothing produced");
+    let mirrored = common::wait_until(DEADLINE, &format!("{topic}-{partition} caught up"), || {
+        let m = common::source_partition_log(ours, topic, partition, DEADLINE);
+        if m.high_watermark >= source.high_watermark {
+            Ok(m)
+        } else {
+            Err(format!("at {} of {}", m.high_watermark, source.high_watermark))
+        }
+    });
+    assert_eq!(mirrored.high_watermark, source.high_watermark, "{topic}-{partition}");
+    assert!(
+        mirrored.batches == source.batches,
+        "{topic}-{partition}: our batches differ from the source's"
+    );
+}
+
+#[test]
+fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
+    let _logs = common::logs::capture("info");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path());
+    let (plain, tls) = (free_addr(), free_addr());
+    let tansu = Tansu::start_advertising(
+        &tansu_binary(),
+        &plain,
+        &tls,
+        "tls-cluster",
+        dir.path().join("tansu.log"),
+    );
+    let _endpoint = tls_endpoint(&pki, &tls, &plain);
+    produce_over_tls(&tls, &pki.ca, &[("orders", 2), ("trades", 1)], 40);
+
+    let agent = Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
+    let ours = agent.listener_addr().expect("listening").to_string();
+    let port = tls.rsplit_once(':').expect("host:port").1;
+    let ca = serde_json::json!({ "ssl_ca_location": pki.ca });
+    let create = |config: MirrorConfig| {
+        agent
+            .admin(AdminRequest::CreateMirror { config })
+            .expect("create a mirror")
+    };
+
+    // The CA, the host name checked: mirrored, groups synced.
+    create(mirror_definition("dr", &tls, "orders", ca.clone()));
+    for p in 0..2 {
+        assert_same_batches(&tansu.addr, &ours, "orders", p);
+    }
+    common::wait_until(DEADLINE, "billing synced over TLS", || {
+        let described = common::describe_mirror(&agent, "dr");
+        match described.groups.get("billing") {
+            Some(outcome) if outcome.starts_with("synced") => Ok(()),
+            other => Err(format!("{other:?} {:?}", described.sync_error)),
+        }
+    });
+    let d = common::describe_mirror(&agent, "dr");
+    assert_eq!(
+        (d.source_cluster_id.as_deref(), d.sync_error),
+        (Some("tls-cluster"), None)
+    );
+
+    // Another name for the same endpoint: refused while the name is
+    // checked, taken when it is not.
+    let by_name = format!("localhost:{port}");
+    create(mirror_definition("by-name", &by_name, "trades", ca.clone()));
+    let refused = wait_sync_error(&agent, "by-name", "TLS handshake");
+    eprintln!("by-name: {refused}");
+    assert!(
+        refused.contains("not valid for name") && refused.contains("localhost"),
+        "{refused}"
+    );
+    agent
+        .admin(AdminRequest::DeleteMirror {
+            mirror: "by-name".into(),
+        })
+        .expect("delete by-name");
+    let mut any_name = ca.clone();
+    any_name["ssl_endpoint_identification_algorithm"] = "".into();
+    create(mirror_definition("any-name", &by_name, "trades", any_name));
+    assert_same_batches(&tansu.addr, &ours, "trades", 0);
+
+    // A CA that did not sign the certificate.
+    let other = serde_json::json!({ "ssl_ca_location": pki.other_ca });
+    create(mirror_definition("other-ca", &tls, "nothing", other));
+    let refused = wait_sync_error(&agent, "other-ca", "TLS handshake");
+    eprintln!("other-ca: {refused}");
+    assert!(refused.contains("UnknownIssuer"), "{refused}");
+
+    agent.stop().expect("stop the agent");
+}
