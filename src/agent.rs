@@ -272,6 +272,11 @@ impl Agent {
     pub fn start_observed(config: AgentConfig, observer: EventObserver) -> anyhow::Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_count = config.shards.unwrap_or(cores).max(1);
+        // Read before anything starts, so that a bad token file fails fast.
+        let admin_token = match &config.admin {
+            Some(admin) => admin.token()?,
+            None => None,
+        };
         let io_memory = io_memory_bytes(shard_count);
         let data_dir_lock = lock_data_dir(&config.data_dir)?;
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
@@ -416,7 +421,7 @@ impl Agent {
         }
         let admin_server = match &config.admin {
             Some(admin) => {
-                let server = AdminServer::start(admin.address, admin_calls.clone())
+                let server = AdminServer::start_with_token(admin.address, admin_calls.clone(), admin_token)
                     .with_context(|| format!("start the admin API on {}", admin.address))?;
                 tracing::info!(addr = %server.addr(), "admin API listening");
                 Some(server)

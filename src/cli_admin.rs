@@ -6,6 +6,9 @@
 //! redraw with `status --watch`), so nothing here needs an async runtime.
 //! Answers print as aligned tables, or as the API's JSON with `--json`. A
 //! refused request prints the server's message and exits 1 (through `main`).
+//! With `--admin-token-file` (or `$RINGMIRROR_ADMIN_TOKEN_FILE`) every
+//! request carries the file's bearer token; a 401 says whether the token
+//! was refused or missing, never what it is.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,11 +18,16 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use ringmirror_control::admin::{AdminAnswer, ErrorBody, MirrorDescription, MirrorSummary, PartitionView, TopicsBody};
+use ringmirror_control::http::AdminToken;
 use ringmirror_control::mirror::MirrorConfig;
 use serde_json::Value;
 
 /// The environment variable naming the admin API's URL.
 pub const ADMIN_ENV: &str = "RINGMIRROR_ADMIN";
+
+/// The environment variable naming the file that holds the admin API's
+/// bearer token.
+pub const ADMIN_TOKEN_FILE_ENV: &str = "RINGMIRROR_ADMIN_TOKEN_FILE";
 
 /// Where the CLI finds the admin API.
 #[derive(Args, Debug)]
@@ -27,6 +35,10 @@ pub struct AdminArgs {
     /// The agent's admin API URL [default: $RINGMIRROR_ADMIN, else http://127.0.0.1:9644].
     #[arg(long, global = true, value_name = "URL")]
     pub admin: Option<String>,
+    /// A file holding the admin API's bearer token (the agent's `[admin]
+    /// token_file`) [default: $RINGMIRROR_ADMIN_TOKEN_FILE, else none].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
     /// Print the API's JSON answer instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -234,9 +246,33 @@ impl CreateArgs {
 pub struct AdminClient {
     base: String,
     http: ureq::Agent,
+    /// Sent as `Authorization: Bearer` with every request, when set.
+    token: Option<AdminToken>,
 }
 
 impl AdminClient {
+    /// The client `args` describe: `--admin` (see [`new`](Self::new)) and
+    /// the token in `--admin-token-file`, else in the file
+    /// `$RINGMIRROR_ADMIN_TOKEN_FILE` names, else none.
+    pub fn from_args(args: &AdminArgs) -> anyhow::Result<Self> {
+        let token_file = args.admin_token_file.clone().or_else(|| {
+            std::env::var_os(ADMIN_TOKEN_FILE_ENV)
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from)
+        });
+        let client = Self::new(args.admin.as_deref());
+        Ok(match token_file {
+            Some(path) => client.with_token(AdminToken::read_file(&path)?),
+            None => client,
+        })
+    }
+
+    /// Sends `token` as a bearer token with every request.
+    pub fn with_token(mut self, token: AdminToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
     /// `url`: the `--admin` flag; else `$RINGMIRROR_ADMIN`; else the
     /// default address. A URL without a scheme is taken as `http://`.
     pub fn new(url: Option<&str>) -> Self {
@@ -259,6 +295,7 @@ impl AdminClient {
         Self {
             base: base.trim_end_matches('/').to_owned(),
             http,
+            token: None,
         }
     }
 
@@ -268,6 +305,10 @@ impl AdminClient {
         let mut request = ureq::http::Request::builder().method(method).uri(&url);
         if body.is_some() {
             request = request.header("content-type", "application/json");
+        }
+        if let Some(token) = &self.token {
+            // ureq drops it if a redirect leads elsewhere (the API never redirects).
+            request = request.header("authorization", token.authorization());
         }
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let request = request
@@ -284,6 +325,20 @@ impl AdminClient {
             .limit(1 << 30)
             .read_to_string()
             .with_context(|| format!("reading the answer to {method} {url}"))?;
+        if status == 401 {
+            let reason = match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(e) => e.message,
+                Err(_) => text.trim().to_owned(),
+            };
+            match self.token {
+                Some(_) => bail!("the admin API at {} refused the token: {reason} (HTTP 401)", self.base),
+                None => bail!(
+                    "the admin API at {} requires a token: {reason} (HTTP 401); give the file holding it \
+                     with --admin-token-file PATH or ${ADMIN_TOKEN_FILE_ENV}",
+                    self.base
+                ),
+            }
+        }
         if status >= 400 {
             match serde_json::from_str::<ErrorBody>(&text) {
                 Ok(e) => bail!("{} (HTTP {status})", e.message),
@@ -296,7 +351,7 @@ impl AdminClient {
 
 /// Runs one `mirror` subcommand and returns what to print.
 pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String> {
-    let client = AdminClient::new(args.admin.as_deref());
+    let client = AdminClient::from_args(args)?;
     let topics = |topics: Vec<String>| Some(serde_json::json!(TopicsBody { topics }));
     let path = |name: &str, rest: &str| format!("/mirrors/{}{rest}", path_segment(name));
     let (verb, answer) = match command {
@@ -351,7 +406,7 @@ pub fn status(args: &AdminArgs, watch: bool, interval: Duration) -> anyhow::Resu
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let client = AdminClient::new(args.admin.as_deref());
+    let client = AdminClient::from_args(args)?;
     let screen = |answer: anyhow::Result<Value>| -> anyhow::Result<String> {
         let answer = answer?;
         if args.json {

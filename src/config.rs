@@ -21,6 +21,7 @@
 //!
 //! [admin]                        # the admin API and /metrics (optional)
 //! address = "127.0.0.1:9644"
+//! token_file = "/etc/ringmirror/admin-token"  # optional: require a bearer token
 //!
 //! [[mirror]]
 //! name = "dr"
@@ -32,6 +33,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use ringmirror_control::http::AdminToken;
 pub use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::LogConfig;
 use ringmirror_dataplane::sasl::{Mechanism, Secret};
@@ -221,13 +223,43 @@ impl ListenerConfig {
     }
 }
 
+/// `[admin]`: the admin API (HTTP/JSON) and `/metrics`.
+///
+/// ```toml
+/// [admin]
+/// address = "0.0.0.0:9644"
+/// token_file = "/etc/ringmirror/admin-token"   # optional: require a bearer token
+/// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// Address the admin API binds; port 0 picks a free one. The API has no
-    /// authentication yet, so the default is loopback only.
+    /// Address the admin API binds; port 0 picks a free one. Loopback by
+    /// default; bound elsewhere without a `token_file`, the API is open to
+    /// the network (the agent warns at start).
     #[serde(default = "default_admin_address")]
     pub address: std::net::SocketAddr,
+    /// A file holding the bearer token every request but `GET /health`
+    /// must carry (`Authorization: Bearer <token>`); surrounding whitespace
+    /// and line breaks are dropped. Read at start: a missing, unreadable or
+    /// empty file is a configuration error (naming the path, never the
+    /// content). None (the default): no authentication.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl AdminConfig {
+    /// The bearer token the API requires, read from `token_file`; `None`
+    /// without one.
+    pub fn token(&self) -> anyhow::Result<Option<AdminToken>> {
+        self.token_file
+            .as_deref()
+            .map(|path| AdminToken::read_file(path).context("[admin] token_file"))
+            .transpose()
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        self.token().map(drop)
+    }
 }
 
 fn default_admin_address() -> std::net::SocketAddr {
@@ -282,6 +314,9 @@ impl AgentConfig {
         if let Some(listener) = &self.listener {
             listener.validate()?;
         }
+        if let Some(admin) = &self.admin {
+            admin.validate()?;
+        }
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
             anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
@@ -329,6 +364,47 @@ mod tests {
         assert_eq!(c.mirror_topic_num_partitions, 8);
         let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]\naddress = \"0.0.0.0:0\"").unwrap();
         assert_eq!(c.admin.unwrap().address, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
+    fn admin_token_file_is_read_at_parse_and_its_errors_name_only_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("admin-token");
+        let config = |path: &Path| format!("data_dir = \"/x\"\n[admin]\ntoken_file = {path:?}\n");
+        std::fs::write(&file, "\n  0123456789abcdef-token \r\n").unwrap();
+        let admin = AgentConfig::parse(&config(&file)).unwrap().admin.unwrap();
+        assert_eq!(admin.token_file.as_deref(), Some(file.as_path()));
+        let token = admin.token().unwrap().expect("a token");
+        assert_eq!(token.expose(), "0123456789abcdef-token");
+        assert!(!format!("{admin:?} {token:?}").contains("0123456789abcdef"));
+        // No token_file: no token.
+        let admin = AgentConfig::parse("data_dir = \"/x\"\n[admin]").unwrap().admin.unwrap();
+        assert!(admin.token_file.is_none() && admin.token().unwrap().is_none());
+
+        let err = |path: &Path| format!("{:#}", AgentConfig::parse(&config(path)).unwrap_err());
+        for empty in ["", "\n", "  \t\r\n"] {
+            std::fs::write(&file, empty).unwrap();
+            assert_eq!(
+                err(&file),
+                format!("[admin] token_file: the admin token file {} is empty", file.display())
+            );
+        }
+        let missing = dir.path().join("missing");
+        let e = err(&missing);
+        assert!(
+            e.starts_with(&format!(
+                "[admin] token_file: cannot read the admin token file {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+        std::fs::write(&file, "secret with spaces\n").unwrap();
+        let e = err(&file);
+        assert!(
+            e.contains(&file.display().to_string()) && e.contains("visible ASCII"),
+            "{e}"
+        );
+        assert!(!e.contains("secret"), "{e}");
     }
 
     #[test]

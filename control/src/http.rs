@@ -29,17 +29,30 @@
 //! answer within [`REPLY_TIMEOUT`]) is 503 `unavailable`; an unknown route
 //! is 404 `not_found`, a known route with another method 405
 //! `method_not_allowed`.
+//!
+//! **Authentication.** Started with an [`AdminToken`], every request but
+//! `GET /health` (liveness probes) must carry `Authorization: Bearer
+//! <token>`; any other request is answered 401 `unauthorized` with
+//! `WWW-Authenticate: Bearer realm="ringmirror"` before it is routed (so an
+//! unknown route is 401 too, and nothing reaches the coordinator). The
+//! server keeps only the token's SHA-256 and compares digests in constant
+//! time; neither the token nor the `Authorization` header is ever logged
+//! or echoed in an answer. Without a token the API is open, and a server
+//! bound to an address other than loopback says so once, at start.
 
+use std::io::Read as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
+use ringmirror_dataplane::sasl::Secret;
 use serde::de::DeserializeOwned;
 
 use crate::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, TopicsBody};
@@ -57,7 +70,101 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// shutdown forever).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// The `WWW-Authenticate` challenge of a request refused for its
+/// credentials (RFC 6750: the bearer scheme, our realm).
+pub const AUTH_CHALLENGE: &str = r#"Bearer realm="ringmirror""#;
+
+/// The error kind of a request refused for its credentials (401).
+pub const UNAUTHORIZED: &str = "unauthorized";
+
+/// Largest token file read: a token is tens of bytes; the bound keeps a
+/// wrong path (a log, a device) from being read whole.
+pub const TOKEN_FILE_BYTES_MAX: u64 = 4096;
+
 type Calls = async_channel::Sender<AdminCall>;
+
+/// The admin API's bearer token: what the server requires and the CLI
+/// sends. Visible ASCII without spaces (it travels in an HTTP header);
+/// `Debug` shows `***`, so it never reaches a log line or an error message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(Secret);
+
+impl AdminToken {
+    /// `token` without its surrounding whitespace; the reason it cannot be
+    /// a token otherwise (the reason never quotes it).
+    pub fn new(token: &str) -> Result<Self, &'static str> {
+        let token = token.trim_ascii();
+        if token.is_empty() {
+            return Err("is empty");
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(
+                "holds a space or a character that is not visible ASCII, which cannot be sent \
+                 in an HTTP header (make one with `openssl rand -hex 32`)",
+            );
+        }
+        Ok(Self(Secret::new(token)))
+    }
+
+    /// Reads the token from `path` (at most [`TOKEN_FILE_BYTES_MAX`]
+    /// bytes; surrounding whitespace and line breaks dropped). The error
+    /// names the path, never the content.
+    pub fn read_file(path: &std::path::Path) -> anyhow::Result<Self> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(TOKEN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes))
+            .with_context(|| format!("cannot read the admin token file {}", path.display()))?;
+        anyhow::ensure!(
+            bytes.len() as u64 <= TOKEN_FILE_BYTES_MAX,
+            "the admin token file {} is larger than {TOKEN_FILE_BYTES_MAX} bytes: not a token file",
+            path.display()
+        );
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| anyhow::anyhow!("the admin token file {} holds bytes that are not ASCII", path.display()))?;
+        Self::new(text).map_err(|reason| anyhow::anyhow!("the admin token file {} {reason}", path.display()))
+    }
+
+    /// The token itself: only where it is sent, never formatted.
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+
+    /// The `Authorization` header's value that carries it.
+    pub fn authorization(&self) -> String {
+        format!("Bearer {}", self.expose())
+    }
+
+    fn digest(&self) -> TokenDigest {
+        TokenDigest(digest(self.expose().as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminToken({:?})", self.0)
+    }
+}
+
+/// What the server keeps of the token: its SHA-256. Comparing digests
+/// makes the comparison's time independent of the token's length and of
+/// where a guess first differs.
+#[derive(Clone, Copy)]
+struct TokenDigest([u8; 32]);
+
+/// SHA-256 (the same digest SASL/PLAIN keeps of a password).
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    ringmirror_dataplane::sasl::plain::password_digest(bytes)
+}
+
+impl TokenDigest {
+    /// Whether `presented` is the token, in time independent of both.
+    fn matches(&self, presented: &[u8]) -> bool {
+        let presented = digest(presented);
+        let difference = self.0.iter().zip(&presented).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        // Keeps the compiler from turning the fold into an early exit.
+        std::hint::black_box(difference) == 0
+    }
+}
 
 /// The running admin API server. Stops (gracefully, thread joined) on
 /// [`stop`](Self::stop) or when dropped.
@@ -71,24 +178,45 @@ pub struct AdminServer {
 impl AdminServer {
     /// Binds `addr` (port 0 picks a free port) before returning, so a port
     /// in use fails here, and serves on a thread of its own; requests go to
-    /// the coordinator over `calls`.
+    /// the coordinator over `calls`. No authentication: see
+    /// [`start_with_token`](Self::start_with_token).
     pub fn start(addr: SocketAddr, calls: async_channel::Sender<AdminCall>) -> anyhow::Result<AdminServer> {
+        Self::start_with_token(addr, calls, None)
+    }
+
+    /// [`start`](Self::start), requiring `token` (when given) as a bearer
+    /// token on every request but `GET /health`. Without one, a server on
+    /// an address other than loopback warns that the API is open.
+    pub fn start_with_token(
+        addr: SocketAddr,
+        calls: async_channel::Sender<AdminCall>,
+        token: Option<AdminToken>,
+    ) -> anyhow::Result<AdminServer> {
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("admin API: bind {addr}"))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let auth = token.as_ref().map(AdminToken::digest);
+        if open_to_network(addr, auth.is_some()) {
+            tracing::warn!(
+                %addr,
+                "the admin API has no authentication and is open to the network: \
+                 set [admin] token_file, or bind it to loopback"
+            );
+        }
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (stop, stopped) = async_channel::bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("ringmirror-admin".into())
             .spawn(move || {
-                let served = runtime.block_on(serve(listener, calls, stopped));
+                let served = runtime.block_on(serve(listener, router(calls, auth), stopped));
                 if let Err(e) = served {
                     tracing::error!(%addr, "admin API server failed: {e}");
                 }
                 // Dropping the runtime here ends connections still open
                 // after the grace period.
             })?;
-        tracing::info!(%addr, "admin API listening");
+        let authentication = if token.is_some() { "bearer token" } else { "none" };
+        tracing::info!(%addr, authentication, "admin API listening");
         Ok(AdminServer {
             addr,
             stop: Some(stop),
@@ -123,14 +251,20 @@ impl Drop for AdminServer {
     }
 }
 
+/// Whether a server on `addr` answers anyone who reaches the address: no
+/// token, and not bound to loopback (`0.0.0.0` and `::` are every address).
+fn open_to_network(addr: SocketAddr, authenticated: bool) -> bool {
+    !authenticated && !addr.ip().is_loopback()
+}
+
 async fn serve(
     listener: std::net::TcpListener,
-    calls: Calls,
+    router: Router,
     stopped: async_channel::Receiver<()>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let signal = stopped.clone();
-    let server = axum::serve(listener, router(calls)).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         // Err: the sender was dropped, which is the signal.
         let _ = signal.recv().await;
     });
@@ -147,8 +281,10 @@ async fn serve(
     }
 }
 
-fn router(calls: Calls) -> Router {
-    Router::new()
+/// The routes; with `auth`, behind [`authenticate`] (fallbacks included,
+/// so an unknown route answers 401 rather than telling what exists).
+fn router(calls: Calls, auth: Option<TokenDigest>) -> Router {
+    let routes = Router::new()
         .route("/mirrors", post(create_mirror).get(list_mirrors))
         .route(
             "/mirrors/{name}",
@@ -176,8 +312,62 @@ fn router(calls: Calls) -> Router {
         .route("/metrics", get(metrics))
         .route("/health", get(|| async { "ok" }))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(calls)
+        .method_not_allowed_fallback(method_not_allowed);
+    let routes = match auth {
+        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, authenticate)),
+        None => routes,
+    };
+    routes.with_state(calls)
+}
+
+/// Lets through `GET /health` and requests bearing the token; answers any
+/// other with 401. Logs why (at debug), never what was presented.
+async fn authenticate(State(auth): State<TokenDigest>, request: Request, next: Next) -> Response {
+    let health = request.uri().path() == "/health" && matches!(*request.method(), Method::GET | Method::HEAD);
+    if health {
+        return next.run(request).await;
+    }
+    match check_bearer(&auth, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            tracing::debug!(
+                method = %request.method(),
+                path = request.uri().path(),
+                "admin API: request refused: {refusal}"
+            );
+            ApiError {
+                status: StatusCode::UNAUTHORIZED,
+                body: ErrorBody {
+                    error: UNAUTHORIZED.into(),
+                    message: refusal.into(),
+                },
+            }
+            .into_response()
+        }
+    }
+}
+
+/// Whether the request carries the token: one `Authorization` header, the
+/// `Bearer` scheme (any case, RFC 7235), the token. The reason if not.
+fn check_bearer(auth: &TokenDigest, headers: &HeaderMap) -> Result<(), &'static str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(if headers.contains_key(header::AUTHORIZATION) {
+            "more than one Authorization header"
+        } else {
+            "the admin API requires a bearer token (Authorization: Bearer <token>)"
+        });
+    };
+    let value = value.as_bytes().trim_ascii();
+    let scheme_end = value.iter().position(|&b| b == b' ').unwrap_or(value.len());
+    let (scheme, credentials) = value.split_at(scheme_end);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err("the admin API takes only bearer tokens (Authorization: Bearer <token>)");
+    }
+    if !auth.matches(credentials.trim_ascii()) {
+        return Err("the bearer token is not the admin API's");
+    }
+    Ok(())
 }
 
 /// An error answer: a status and an [`ErrorBody`].
@@ -197,7 +387,15 @@ impl From<AdminError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let mut response = (self.status, axum::Json(self.body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 7235: a 401 names the scheme that would be accepted.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static(AUTH_CHALLENGE),
+            );
+        }
+        response
     }
 }
 
@@ -392,6 +590,7 @@ mod tests {
     struct Reply {
         status: u16,
         content_type: String,
+        www_authenticate: Option<String>,
         body: String,
     }
 
@@ -402,6 +601,10 @@ mod tests {
     }
 
     fn fixture(script: Script) -> Fixture {
+        fixture_with_token(script, None)
+    }
+
+    fn fixture_with_token(script: Script, token: Option<AdminToken>) -> Fixture {
         let (calls, incoming) = async_channel::unbounded::<AdminCall>();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
@@ -412,7 +615,7 @@ mod tests {
                 let _ = reply.send_blocking(answer);
             }
         });
-        let server = AdminServer::start("127.0.0.1:0".parse().unwrap(), calls).unwrap();
+        let server = AdminServer::start_with_token("127.0.0.1:0".parse().unwrap(), calls, token).unwrap();
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(10)))
@@ -423,19 +626,24 @@ mod tests {
 
     impl Fixture {
         fn send(&self, method: &str, path: &str, body: Option<&str>) -> Reply {
-            let request = ureq::http::Request::builder()
+            self.send_as(method, path, body, &[])
+        }
+
+        /// [`send`](Self::send) with these `Authorization` header values.
+        fn send_as(&self, method: &str, path: &str, body: Option<&str>, authorization: &[&str]) -> Reply {
+            let mut request = ureq::http::Request::builder()
                 .method(method)
-                .uri(format!("http://{}{path}", self.server.addr()))
-                .body(body.unwrap_or("").to_owned())
-                .unwrap();
+                .uri(format!("http://{}{path}", self.server.addr()));
+            for value in authorization {
+                request = request.header("authorization", *value);
+            }
+            let request = request.body(body.unwrap_or("").to_owned()).unwrap();
             let mut response = self.http.run(request).unwrap();
+            let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
             Reply {
                 status: response.status().as_u16(),
-                content_type: response
-                    .headers()
-                    .get("content-type")
-                    .map(|v| v.to_str().unwrap().to_owned())
-                    .unwrap_or_default(),
+                content_type: header("content-type").unwrap_or_default(),
+                www_authenticate: header("www-authenticate"),
                 body: response.body_mut().read_to_string().unwrap(),
             }
         }
@@ -877,5 +1085,170 @@ mod tests {
             std::net::TcpStream::connect(taken).is_err(),
             "still accepting after stop"
         );
+    }
+    #[test]
+    fn a_token_guards_every_route_but_health() {
+        const TOKEN: &str = "s3cr3t-Token_0123456789";
+        let token = AdminToken::new(&format!("  {TOKEN}\n")).unwrap();
+        let f = fixture_with_token(Box::new(healthy), Some(token));
+        let bearer = format!("Bearer {TOKEN}");
+        let refused = |r: &Reply, message: &str, what: &str| {
+            assert_eq!(
+                (r.status, r.json()),
+                (401, json!({"error": "unauthorized", "message": message})),
+                "{what}"
+            );
+            assert_eq!(
+                r.www_authenticate.as_deref(),
+                Some(r#"Bearer realm="ringmirror""#),
+                "{what}"
+            );
+            assert!(r.content_type.starts_with("application/json"), "{what}");
+            assert!(!r.body.contains(TOKEN), "{what}: {}", r.body);
+        };
+        let missing = "the admin API requires a bearer token (Authorization: Bearer <token>)";
+        let wrong = "the bearer token is not the admin API's";
+        let scheme = "the admin API takes only bearer tokens (Authorization: Bearer <token>)";
+        let routes = [
+            ("GET", "/mirrors", None),
+            ("POST", "/mirrors", Some(config_json().to_string())),
+            ("GET", "/mirrors/dr", None),
+            ("PUT", "/mirrors/dr", Some(config_json().to_string())),
+            ("DELETE", "/mirrors/dr", None),
+            ("POST", "/mirrors/dr/topics", Some(r#"{"topics": ["a"]}"#.to_owned())),
+            ("POST", "/mirrors/dr/stop", None),
+            ("POST", "/mirrors/dr/sync", None),
+            ("GET", "/status", None),
+            ("GET", "/metrics", None),
+            // Unknown routes and wrong methods do not tell what exists.
+            ("GET", "/nope", None),
+            ("PUT", "/mirrors", None),
+            ("POST", "/health", None),
+        ];
+        let prefix_of_token = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
+        let longer_token = format!("Bearer {TOKEN}x");
+        let basic = "Basic YWRtaW46czNjcjN0";
+        for (method, path, body) in &routes {
+            let what = format!("{method} {path}");
+            refused(&f.send(method, path, body.as_deref()), missing, &what);
+            refused(&f.send_as(method, path, body.as_deref(), &[""]), scheme, &what);
+            refused(&f.send_as(method, path, body.as_deref(), &["Bearer"]), wrong, &what);
+            refused(
+                &f.send_as(method, path, body.as_deref(), &["Bearer wrong"]),
+                wrong,
+                &what,
+            );
+            refused(
+                &f.send_as(method, path, body.as_deref(), &[&prefix_of_token]),
+                wrong,
+                &what,
+            );
+            refused(
+                &f.send_as(method, path, body.as_deref(), &[&longer_token]),
+                wrong,
+                &what,
+            );
+            refused(&f.send_as(method, path, body.as_deref(), &[basic]), scheme, &what);
+            // The token under another scheme is no better.
+            refused(
+                &f.send_as(method, path, body.as_deref(), &[&format!("Token {TOKEN}")]),
+                scheme,
+                &what,
+            );
+            refused(
+                &f.send_as(method, path, body.as_deref(), &[&bearer, &bearer]),
+                "more than one Authorization header",
+                &what,
+            );
+        }
+        assert!(f.seen().is_empty(), "nothing refused reached the coordinator");
+
+        // The token: each route answers as without authentication. The
+        // scheme is case-insensitive (RFC 7235).
+        let lower = format!("bearer {TOKEN}");
+        let expected = [200, 201, 200, 202, 200, 202, 202, 202, 200, 200, 404, 405, 405];
+        for ((method, path, body), status) in routes.iter().zip(expected) {
+            for authorization in [bearer.as_str(), lower.as_str()] {
+                let r = f.send_as(method, path, body.as_deref(), &[authorization]);
+                assert_eq!(r.status, status, "{method} {path} ({authorization:?}): {}", r.body);
+                assert_eq!(r.www_authenticate, None);
+            }
+        }
+        assert_eq!(
+            f.seen().len(),
+            2 * 10,
+            "every known route reached the coordinator twice"
+        );
+
+        // Liveness probes need no token, with or without a wrong one.
+        for authorization in [&[][..], &["Bearer wrong"]] {
+            let r = f.send_as("GET", "/health", None, authorization);
+            assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+        }
+        f.server.stop();
+    }
+
+    #[test]
+    fn tokens_are_trimmed_visible_ascii_and_never_formatted() {
+        let token = AdminToken::new(" \t abc-DEF_123.~+/=\r\n").unwrap();
+        assert_eq!(token.expose(), "abc-DEF_123.~+/=");
+        assert_eq!(token.authorization(), "Bearer abc-DEF_123.~+/=");
+        assert_eq!(format!("{token:?}"), "AdminToken(***)");
+        for bad in ["", " \n\t ", "two words", "tab\tinside", "caf\u{e9}", "nul\0"] {
+            let err = AdminToken::new(bad).unwrap_err();
+            assert!(!err.contains(bad.trim()) || bad.trim().is_empty(), "{err}");
+        }
+        assert_eq!(AdminToken::new("\n").unwrap_err(), "is empty");
+        assert!(AdminToken::new("two words").unwrap_err().contains("visible ASCII"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "  hunter2-token \n").unwrap();
+        assert_eq!(AdminToken::read_file(&file).unwrap().expose(), "hunter2-token");
+        let err = |content: &[u8]| {
+            std::fs::write(&file, content).unwrap();
+            let e = format!("{:#}", AdminToken::read_file(&file).unwrap_err());
+            assert!(e.contains(&file.display().to_string()), "{e}");
+            e
+        };
+        assert!(err(b"").ends_with("is empty"));
+        assert!(err(b"\n\n").ends_with("is empty"));
+        let e = err(b"hunter2 token\n");
+        assert!(e.contains("visible ASCII") && !e.contains("hunter2"), "{e}");
+        let e = err(b"hunter2\xff");
+        assert!(e.contains("not ASCII") && !e.contains("hunter2"), "{e}");
+        let e = err(&vec![b'a'; TOKEN_FILE_BYTES_MAX as usize + 1]);
+        assert!(e.contains("larger than 4096 bytes"), "{e}");
+        std::fs::write(&file, vec![b'a'; TOKEN_FILE_BYTES_MAX as usize]).unwrap();
+        assert_eq!(AdminToken::read_file(&file).unwrap().expose().len(), 4096);
+        let missing = dir.path().join("missing");
+        let e = format!("{:#}", AdminToken::read_file(&missing).unwrap_err());
+        assert!(
+            e.starts_with(&format!("cannot read the admin token file {}: ", missing.display())),
+            "{e}"
+        );
+        let e = format!("{:#}", AdminToken::read_file(dir.path()).unwrap_err());
+        assert!(e.contains("cannot read the admin token file"), "{e}");
+    }
+
+    #[test]
+    fn only_an_unauthenticated_server_off_loopback_is_open_to_the_network() {
+        let open = |addr: &str, authenticated| open_to_network(addr.parse().unwrap(), authenticated);
+        for addr in ["127.0.0.1:9644", "127.0.0.2:1", "[::1]:9644"] {
+            assert!(!open(addr, false), "{addr}");
+        }
+        for addr in ["0.0.0.0:9644", "[::]:9644", "10.1.2.3:9644", "[fd00::1]:1"] {
+            assert!(open(addr, false), "{addr}");
+            assert!(!open(addr, true), "{addr}");
+        }
+    }
+
+    #[test]
+    fn digests_match_only_the_token() {
+        let d = AdminToken::new("token").unwrap().digest();
+        assert!(d.matches(b"token"));
+        for other in [&b""[..], b"toke", b"token ", b"tokem", b"Token", b"tokentoken"] {
+            assert!(!d.matches(other), "{other:?}");
+        }
     }
 }
