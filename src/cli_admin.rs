@@ -120,7 +120,7 @@ pub enum MirrorCommand {
 
 /// `mirror create`: the mirror's definition. Every flag is a
 /// `MirrorConfig` field; unset ones take the file's value or the default.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct CreateArgs {
     /// The mirror's name (unique).
     #[arg(required_unless_present = "file")]
@@ -164,9 +164,17 @@ pub struct CreateArgs {
     #[arg(long, value_parser = ["aligned_copy", "mmap"])]
     pub ingest: Option<String>,
     /// How the source is reached [default: plaintext].
-    #[arg(long, value_parser = ["plaintext", "sasl_plaintext"])]
+    #[arg(long, value_parser = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"])]
     pub security_protocol: Option<String>,
-    /// SASL mechanism (with sasl_plaintext).
+    /// A PEM file on the agent's host of the CAs that sign the source's
+    /// certificates (with ssl/sasl_ssl) [default: the system's CA store].
+    #[arg(long, value_name = "PATH")]
+    pub ssl_ca_location: Option<PathBuf>,
+    /// "https" checks the certificate's host name, "none" does not (with
+    /// ssl/sasl_ssl) [default: https].
+    #[arg(long, value_name = "ALGORITHM", value_parser = ["https", "none", ""])]
+    pub ssl_endpoint_identification_algorithm: Option<String>,
+    /// SASL mechanism (with sasl_plaintext/sasl_ssl).
     #[arg(long, value_parser = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])]
     pub sasl_mechanism: Option<String>,
     #[arg(long, value_name = "USER")]
@@ -221,6 +229,18 @@ impl CreateArgs {
         set(
             "security_protocol",
             self.security_protocol.clone().map(toml::Value::String),
+        );
+        set(
+            "ssl_ca_location",
+            self.ssl_ca_location
+                .as_ref()
+                .map(|p| toml::Value::String(p.display().to_string())),
+        );
+        set(
+            "ssl_endpoint_identification_algorithm",
+            self.ssl_endpoint_identification_algorithm
+                .clone()
+                .map(toml::Value::String),
         );
         set("sasl_mechanism", self.sasl_mechanism.clone().map(toml::Value::String));
         set("sasl_username", self.sasl_username.clone().map(toml::Value::String));
@@ -748,6 +768,8 @@ mod tests {
             metadata_refresh_interval_ms: None,
             ingest: Some("mmap".into()),
             security_protocol: None,
+            ssl_ca_location: None,
+            ssl_endpoint_identification_algorithm: None,
             sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
@@ -764,6 +786,21 @@ mod tests {
             (1024, 100, 1)
         );
         assert_eq!(c.ingest, ringmirror_dataplane::fetch::IngestMode::Mmap);
+        let tls = CreateArgs {
+            security_protocol: Some("ssl".into()),
+            ssl_ca_location: Some("/etc/ca.pem".into()),
+            ssl_endpoint_identification_algorithm: Some("none".into()),
+            ..args.clone()
+        }
+        .config()
+        .unwrap();
+        assert_eq!(
+            tls.tls_client(),
+            Some(ringmirror_dataplane::client::TlsClientConfig {
+                ca_file: Some("/etc/ca.pem".into()),
+                verify_hostname: false
+            })
+        );
         let bad = CreateArgs {
             topics_include: None,
             file: None,
