@@ -15,6 +15,9 @@
 //!   with `ssl_endpoint_identification_algorithm = ""` the same connection
 //!   is taken and its topic mirrored.
 //! - With another CA the certificate is refused, with the reason.
+//! - `sasl_ssl`: an agent with a SASL listener behind the same kind of
+//!   endpoint is mirrored with SASL inside TLS (and produced to by
+//!   confluent-kafka the same way).
 
 mod common;
 
@@ -151,17 +154,18 @@ fn tls_endpoint(pki: &Pki, listen: &str, target: &str) -> ChildGuard {
     child
 }
 
-/// confluent-kafka (librdkafka with OpenSSL) through the TLS endpoint:
-/// creates `topics` (name, partitions) and produces `records` lz4 records
-/// to every partition of each; a group commits offset 3 of partition 0.
-fn produce_over_tls(bootstrap: &str, ca: &Path, topics: &[(&str, i32)], records: usize) {
+/// confluent-kafka (librdkafka with OpenSSL) through the TLS endpoint,
+/// with the client settings `extra` (SASL, say): creates `topics` (name,
+/// partitions) and produces `records` lz4 records to every partition of
+/// each; group "billing" commits offset 3 of the first one's partition 0.
+fn produce_over_tls(bootstrap: &str, ca: &Path, extra: serde_json::Value, topics: &[(&str, i32)], records: usize) {
     let script = r#"
-import sys
+import json, sys
 from confluent_kafka import Producer, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-bootstrap, ca, records = sys.argv[1], sys.argv[2], int(sys.argv[3])
-topics = [(t.split(":")[0], int(t.split(":")[1])) for t in sys.argv[4:]]
-tls = {"bootstrap.servers": bootstrap, "security.protocol": "ssl", "ssl.ca.location": ca}
+bootstrap, ca, extra, records = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+topics = [(t.split(":")[0], int(t.split(":")[1])) for t in sys.argv[5:]]
+tls = dict({"bootstrap.servers": bootstrap, "security.protocol": "ssl", "ssl.ca.location": ca}, **extra)
 admin = AdminClient(tls)
 for name, f in admin.create_topics([NewTopic(t, p, 1) for t, p in topics]).items():
     f.result(30)
@@ -182,6 +186,7 @@ print("ok")
         .arg(script)
         .arg(bootstrap)
         .arg(ca)
+        .arg(extra.to_string())
         .arg(records.to_string());
     for (topic, partitions) in topics {
         command.arg(format!("{topic}:{partitions}"));
@@ -195,6 +200,8 @@ print("ok")
     );
 }
 
+/// Mirror `name` of `topic` at `bootstrap` over TLS, with the settings
+/// `tls` (and any others) laid over.
 fn mirror_definition(name: &str, bootstrap: &str, topic: &str, tls: serde_json::Value) -> MirrorConfig {
     let mut definition = serde_json::json!({
         "name": name,
@@ -257,7 +264,13 @@ fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
         dir.path().join("tansu.log"),
     );
     let _endpoint = tls_endpoint(&pki, &tls, &plain);
-    produce_over_tls(&tls, &pki.ca, &[("orders", 2), ("trades", 1)], 40);
+    produce_over_tls(
+        &tls,
+        &pki.ca,
+        serde_json::json!({}),
+        &[("orders", 2), ("trades", 1)],
+        40,
+    );
 
     let agent = Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
     let ours = agent.listener_addr().expect("listening").to_string();
@@ -315,4 +328,96 @@ fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
     assert!(refused.contains("UnknownIssuer"), "{refused}");
 
     agent.stop().expect("stop the agent");
+}
+
+/// A user of agent A's SASL listener.
+const MIRROR_USER: &str = "mirror";
+const MIRROR_PASSWORD: &str = "mirror-pw-4e1f0a9c";
+
+/// Every batch of `topic`-`partition` at `addr` (a SASL PLAIN listener,
+/// logged in as the mirror user).
+fn batches_with_sasl(addr: &str, topic: &str, partition: i32) -> common::Batches {
+    let mut conn = common::sasl_connect(
+        addr,
+        ringmirror_dataplane::sasl::Mechanism::Plain,
+        MIRROR_USER,
+        MIRROR_PASSWORD,
+        Duration::from_secs(10),
+    )
+    .expect("log in to agent A");
+    let (responses, _) = conn.fetch_all(topic, partition, 0, 1000).expect("fetch from agent A");
+    responses.into_iter().flatten().collect()
+}
+
+/// `security_protocol = "sasl_ssl"`: agent A requires SASL PLAIN and sits
+/// behind the TLS endpoint it advertises; confluent-kafka produces to it
+/// through TLS with SASL, and agent B mirrors it the same way: A's batches
+/// arrive byte for byte and the group's offsets are synced.
+#[test]
+fn sasl_inside_tls_to_an_agent_behind_tls() {
+    let _logs = common::logs::capture("info");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path());
+    let tls = free_addr();
+    let port = tls.rsplit_once(':').expect("host:port").1;
+    let a = Agent::start(common::serving_config(
+        &dir.path().join("a"),
+        &format!(
+            r#"advertised_port = {port}
+            sasl_mechanisms = ["PLAIN"]
+            [[listener.users]]
+            name = "{MIRROR_USER}"
+            password = "{MIRROR_PASSWORD}"
+            "#
+        ),
+    ))
+    .expect("agent A");
+    let a_addr = a.listener_addr().expect("A listens").to_string();
+    let _endpoint = tls_endpoint(&pki, &tls, &a_addr);
+    let sasl = serde_json::json!({
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": MIRROR_USER,
+        "sasl.password": MIRROR_PASSWORD,
+    });
+    produce_over_tls(&tls, &pki.ca, sasl, &[("ledger", 2)], 30);
+
+    let b = Agent::start(common::serving_config(&dir.path().join("b"), "")).expect("agent B");
+    let b_addr = b.listener_addr().expect("B listens").to_string();
+    let settings = serde_json::json!({
+        "security_protocol": "sasl_ssl",
+        "ssl_ca_location": pki.ca,
+        "sasl_mechanism": "PLAIN",
+        "sasl_username": MIRROR_USER,
+        "sasl_password": MIRROR_PASSWORD,
+    });
+    b.admin(AdminRequest::CreateMirror {
+        config: mirror_definition("dr", &tls, "ledger", settings),
+    })
+    .expect("create the mirror");
+    for p in 0..2 {
+        let at_a = batches_with_sasl(&a_addr, "ledger", p);
+        assert!(!at_a.is_empty(), "ledger-{p}: nothing produced");
+        let end = at_a
+            .last()
+            .map(|(base, bytes)| common::batch_view(bytes).next_offset().max(*base));
+        let at_b = common::wait_until(DEADLINE, &format!("ledger-{p} mirrored"), || {
+            let m = common::source_partition_log(&b_addr, "ledger", p, DEADLINE);
+            if Some(m.high_watermark) >= end {
+                Ok(m.batches)
+            } else {
+                Err(format!("at {} of {end:?}", m.high_watermark))
+            }
+        });
+        assert!(at_b == at_a, "ledger-{p}: B's batches differ from A's");
+    }
+    common::wait_until(DEADLINE, "billing synced through TLS and SASL", || {
+        let d = common::describe_mirror(&b, "dr");
+        match d.groups.get("billing") {
+            Some(outcome) if outcome.starts_with("synced") => Ok(()),
+            other => Err(format!("{other:?} {:?}", d.sync_error)),
+        }
+    });
+    b.stop().expect("stop B");
+    a.stop().expect("stop A");
 }
