@@ -174,6 +174,13 @@ pub struct CreateArgs {
     /// ssl/sasl_ssl) [default: https].
     #[arg(long, value_name = "ALGORITHM", value_parser = ["https", "none", ""])]
     pub ssl_endpoint_identification_algorithm: Option<String>,
+    /// Our client certificate chain (PEM) for sources that require one,
+    /// with --ssl-key-location.
+    #[arg(long, value_name = "PATH")]
+    pub ssl_certificate_location: Option<PathBuf>,
+    /// The client certificate's unencrypted private key (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub ssl_key_location: Option<PathBuf>,
     /// SASL mechanism (with sasl_plaintext/sasl_ssl).
     #[arg(long, value_parser = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])]
     pub sasl_mechanism: Option<String>,
@@ -236,6 +243,12 @@ impl CreateArgs {
                 .as_ref()
                 .map(|p| toml::Value::String(p.display().to_string())),
         );
+        for (key, path) in [
+            ("ssl_certificate_location", &self.ssl_certificate_location),
+            ("ssl_key_location", &self.ssl_key_location),
+        ] {
+            set(key, path.as_ref().map(|p| toml::Value::String(p.display().to_string())));
+        }
         set(
             "ssl_endpoint_identification_algorithm",
             self.ssl_endpoint_identification_algorithm
@@ -770,6 +783,8 @@ mod tests {
             security_protocol: None,
             ssl_ca_location: None,
             ssl_endpoint_identification_algorithm: None,
+            ssl_certificate_location: None,
+            ssl_key_location: None,
             sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
@@ -798,7 +813,8 @@ mod tests {
             tls.tls_client(),
             Some(ringmirror_dataplane::client::TlsClientConfig {
                 ca_file: Some("/etc/ca.pem".into()),
-                verify_hostname: false
+                verify_hostname: false,
+                client_cert: None,
             })
         );
         let bad = CreateArgs {

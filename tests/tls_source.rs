@@ -15,6 +15,9 @@
 //!   with `ssl_endpoint_identification_algorithm = ""` the same connection
 //!   is taken and its topic mirrored.
 //! - With another CA the certificate is refused, with the reason.
+//! - Mutual TLS: a source that requires a client certificate refuses a
+//!   mirror without one and takes ours (`ssl_certificate_location`,
+//!   `ssl_key_location`).
 //! - `sasl_ssl`: an agent with a SASL listener behind the same kind of
 //!   endpoint is mirrored with SASL inside TLS (and produced to by
 //!   confluent-kafka the same way).
@@ -55,10 +58,13 @@ struct Pki {
     other_ca: PathBuf,
     server_cert: PathBuf,
     server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
 }
 
-/// A CA and a server certificate it signs for IP 127.0.0.1 (no DNS name),
-/// and a second CA that signs nothing here.
+/// A CA, a server certificate it signs for IP 127.0.0.1 (no DNS name)
+/// and a client certificate it signs, and a second CA that signs nothing
+/// here.
 fn make_pki(dir: &Path) -> Pki {
     let days = ["-days", "2"];
     for ca in ["ca", "other-ca"] {
@@ -78,50 +84,22 @@ fn make_pki(dir: &Path) -> Pki {
             .concat(),
         );
     }
-    openssl(
+    signed_cert(
         dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
-    std::fs::write(
-        dir.join("server.ext"),
+        "server",
+        "/CN=127.0.0.1",
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
          extendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(
+    );
+    signed_cert(
         dir,
-        &[
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.pem",
-                "-extfile",
-                "server.ext",
-            ][..],
-            &days,
-        ]
-        .concat(),
+        "client",
+        "/CN=ringmirror",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
     );
     Pki {
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
         ca: dir.join("ca.pem"),
         other_ca: dir.join("other-ca.pem"),
         server_cert: dir.join("server.pem"),
@@ -129,14 +107,61 @@ fn make_pki(dir: &Path) -> Pki {
     }
 }
 
+/// `<name>.key` and `<name>.pem`: a key and a certificate for `subject`
+/// the CA signs, with the extensions `extensions` (openssl's syntax).
+fn signed_cert(dir: &Path, name: &str, subject: &str, extensions: &str) {
+    let (key, csr, cert, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+        format!("{name}.ext"),
+    );
+    std::fs::write(dir.join(&ext), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ],
+    );
+}
+
 /// An OpenSSL TLS endpoint on `listen` forwarding each connection in
 /// clear to `target` (socat, one process per connection).
 fn tls_endpoint(pki: &Pki, listen: &str, target: &str) -> ChildGuard {
+    tls_endpoint_with(pki, listen, target, "verify=0".into())
+}
+
+/// [`tls_endpoint`] that requires a client certificate the CA signed.
+fn mutual_tls_endpoint(pki: &Pki, listen: &str, target: &str) -> ChildGuard {
+    tls_endpoint_with(pki, listen, target, format!("verify=1,cafile={}", pki.ca.display()))
+}
+
+fn tls_endpoint_with(pki: &Pki, listen: &str, target: &str, verify: String) -> ChildGuard {
     let (host, port) = listen.rsplit_once(':').expect("host:port");
     let mut command = Command::new("socat");
     command
         .arg(format!(
-            "OPENSSL-LISTEN:{port},bind={host},reuseaddr,fork,cert={},key={},verify=0",
+            "OPENSSL-LISTEN:{port},bind={host},reuseaddr,fork,cert={},key={},{verify}",
             pki.server_cert.display(),
             pki.server_key.display()
         ))
@@ -250,40 +275,57 @@ fn assert_same_batches(tansu: &str, ours: &str, topic: &str, partition: i32) {
     );
 }
 
+/// tansu with an OpenSSL endpoint in front of it that it advertises, so
+/// that every connection of its clients is TLS.
+struct TansuBehindTls {
+    pki: Pki,
+    tansu: Tansu,
+    /// The TLS endpoint's address.
+    tls: String,
+    _endpoint: ChildGuard,
+}
+
+impl TansuBehindTls {
+    fn start(dir: &Path, cluster_id: &str, endpoint: fn(&Pki, &str, &str) -> ChildGuard) -> Self {
+        let pki = make_pki(dir);
+        let (plain, tls) = (free_addr(), free_addr());
+        let tansu = Tansu::start_advertising(&tansu_binary(), &plain, &tls, cluster_id, dir.join("tansu.log"));
+        let endpoint = endpoint(&pki, &tls, &plain);
+        Self {
+            pki,
+            tansu,
+            tls,
+            _endpoint: endpoint,
+        }
+    }
+}
+
+/// An agent serving on loopback, mirroring nothing yet.
+fn agent(data_dir: &Path) -> (Agent, String) {
+    let agent = Agent::start(common::serving_config(data_dir, "")).expect("agent");
+    let addr = agent.listener_addr().expect("listening").to_string();
+    (agent, addr)
+}
+
+fn create_mirror(agent: &Agent, config: MirrorConfig) {
+    agent
+        .admin(AdminRequest::CreateMirror { config })
+        .expect("create a mirror");
+}
+
 #[test]
 fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
     let _logs = common::logs::capture("info");
     let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path());
-    let (plain, tls) = (free_addr(), free_addr());
-    let tansu = Tansu::start_advertising(
-        &tansu_binary(),
-        &plain,
-        &tls,
-        "tls-cluster",
-        dir.path().join("tansu.log"),
-    );
-    let _endpoint = tls_endpoint(&pki, &tls, &plain);
-    produce_over_tls(
-        &tls,
-        &pki.ca,
-        serde_json::json!({}),
-        &[("orders", 2), ("trades", 1)],
-        40,
-    );
-
-    let agent = Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
-    let ours = agent.listener_addr().expect("listening").to_string();
+    let TansuBehindTls { pki, tansu, tls, .. } = &TansuBehindTls::start(dir.path(), "tls-cluster", tls_endpoint);
+    produce_over_tls(tls, &pki.ca, serde_json::json!({}), &[("orders", 2), ("trades", 1)], 40);
+    let (agent, ours) = agent(&dir.path().join("data"));
     let port = tls.rsplit_once(':').expect("host:port").1;
     let ca = serde_json::json!({ "ssl_ca_location": pki.ca });
-    let create = |config: MirrorConfig| {
-        agent
-            .admin(AdminRequest::CreateMirror { config })
-            .expect("create a mirror")
-    };
+    let create = |config: MirrorConfig| create_mirror(&agent, config);
 
     // The CA, the host name checked: mirrored, groups synced.
-    create(mirror_definition("dr", &tls, "orders", ca.clone()));
+    create(mirror_definition("dr", tls, "orders", ca.clone()));
     for p in 0..2 {
         assert_same_batches(&tansu.addr, &ours, "orders", p);
     }
@@ -322,7 +364,7 @@ fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
 
     // A CA that did not sign the certificate.
     let other = serde_json::json!({ "ssl_ca_location": pki.other_ca });
-    create(mirror_definition("other-ca", &tls, "nothing", other));
+    create(mirror_definition("other-ca", tls, "nothing", other));
     let refused = wait_sync_error(&agent, "other-ca", "TLS handshake");
     eprintln!("other-ca: {refused}");
     assert!(refused.contains("UnknownIssuer"), "{refused}");
@@ -420,4 +462,62 @@ fn sasl_inside_tls_to_an_agent_behind_tls() {
     });
     b.stop().expect("stop B");
     a.stop().expect("stop A");
+}
+
+/// A source that requires a client certificate (mutual TLS): a mirror
+/// without one is refused, with the reason; with ours
+/// (`ssl_certificate_location`, `ssl_key_location`) it is mirrored.
+#[test]
+fn a_source_that_requires_a_client_certificate_gets_ours() {
+    let _logs = common::logs::capture("info");
+    let dir = tempfile::tempdir().unwrap();
+    let TansuBehindTls { pki, tansu, tls, .. } = &TansuBehindTls::start(dir.path(), "mutual-tls", mutual_tls_endpoint);
+    let client_cert = serde_json::json!({
+        "ssl.certificate.location": pki.client_cert,
+        "ssl.key.location": pki.client_key,
+    });
+    produce_over_tls(tls, &pki.ca, client_cert, &[("orders", 2)], 20);
+    let (agent, ours) = agent(&dir.path().join("data"));
+    let create = |config: MirrorConfig| create_mirror(&agent, config);
+    create(mirror_definition(
+        "no-cert",
+        tls,
+        "orders",
+        serde_json::json!({ "ssl_ca_location": pki.ca }),
+    ));
+    let refused = common::wait_until(DEADLINE, "no-cert's sync error", || {
+        match common::describe_mirror(&agent, "no-cert").sync_error {
+            Some(e) => Ok(e),
+            None => Err("none yet".into()),
+        }
+    });
+    eprintln!("no-cert: {refused}");
+    // TLS 1.3 servers refuse after the handshake (the alert comes with the
+    // first answer), TLS 1.2 ones during it.
+    assert!(
+        refused.contains(tls.as_str())
+            && (refused.contains("CertificateRequired") || refused.contains("HandshakeFailure")),
+        "{refused}"
+    );
+    agent
+        .admin(AdminRequest::DeleteMirror {
+            mirror: "no-cert".into(),
+        })
+        .expect("delete no-cert");
+
+    create(mirror_definition(
+        "dr",
+        tls,
+        "orders",
+        serde_json::json!({
+            "ssl_ca_location": pki.ca,
+            "ssl_certificate_location": pki.client_cert,
+            "ssl_key_location": pki.client_key,
+        }),
+    ));
+    for p in 0..2 {
+        assert_same_batches(&tansu.addr, &ours, "orders", p);
+    }
+    assert_eq!(common::describe_mirror(&agent, "dr").sync_error, None);
+    agent.stop().expect("stop the agent");
 }

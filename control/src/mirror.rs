@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use ringmirror_dataplane::client::{ConnectionOptions, TlsClientConfig};
+use ringmirror_dataplane::client::{ClientCertFiles, ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::fetch::{IngestMode, MirrorSettings};
 use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, Secret};
 use serde::{Deserialize, Serialize};
@@ -82,6 +82,14 @@ pub struct MirrorConfig {
     /// checks only its chain (Kafka's setting of the same name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssl_endpoint_identification_algorithm: Option<String>,
+    /// With "ssl"/"sasl_ssl", for sources that require client
+    /// certificates (mutual TLS): a PEM file of our certificate chain, and
+    /// one of its unencrypted private key (PKCS#8, PKCS#1 or SEC1), both on
+    /// the agent's host and read at each connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_certificate_location: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_key_location: Option<PathBuf>,
 }
 
 /// How a mirror connects to its source (Kafka's `security.protocol`).
@@ -205,12 +213,24 @@ impl MirrorConfig {
     /// absent otherwise; the TLS settings only with "ssl"/"sasl_ssl".
     fn validate_security(&self) -> Result<(), String> {
         let protocol = self.security_protocol;
-        let any_tls = self.ssl_ca_location.is_some() || self.ssl_endpoint_identification_algorithm.is_some();
+        let any_tls = self.ssl_ca_location.is_some()
+            || self.ssl_endpoint_identification_algorithm.is_some()
+            || self.ssl_certificate_location.is_some()
+            || self.ssl_key_location.is_some();
         if any_tls && !protocol.uses_tls() {
             return Err("ssl_* settings need security_protocol = \"ssl\" or \"sasl_ssl\"".into());
         }
-        if self.ssl_ca_location.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-            return Err("ssl_ca_location is empty".into());
+        for (name, path) in [
+            ("ssl_ca_location", &self.ssl_ca_location),
+            ("ssl_certificate_location", &self.ssl_certificate_location),
+            ("ssl_key_location", &self.ssl_key_location),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(format!("{name} is empty"));
+            }
+        }
+        if self.ssl_certificate_location.is_some() != self.ssl_key_location.is_some() {
+            return Err("ssl_certificate_location and ssl_key_location go together".into());
         }
         if let Some(algorithm) = &self.ssl_endpoint_identification_algorithm
             && !matches!(algorithm.as_str(), "https" | "" | "none")
@@ -280,6 +300,11 @@ impl MirrorConfig {
                 .ssl_endpoint_identification_algorithm
                 .as_deref()
                 .is_none_or(|a| a == "https"),
+            client_cert: self
+                .ssl_certificate_location
+                .clone()
+                .zip(self.ssl_key_location.clone())
+                .map(|(certificate, key)| ClientCertFiles { certificate, key }),
         })
     }
 
@@ -427,6 +452,18 @@ mod tests {
                 .contains("ssl_endpoint_identification_algorithm")
         );
         assert!(err("security_protocol = \"SASL_SSL\"").contains("sasl_ssl needs sasl_mechanism"));
+        assert!(err("security_protocol = \"ssl\"\nssl_certificate_location = \"/c.pem\"").contains("go together"));
+        let mutual = mirror(&format!(
+            "{base}security_protocol = \"ssl\"\nssl_certificate_location = \"/c.pem\"\nssl_key_location = \"/k.pem\""
+        ));
+        mutual.validate().unwrap();
+        assert_eq!(
+            mutual.tls_client().and_then(|t| t.client_cert),
+            Some(ClientCertFiles {
+                certificate: "/c.pem".into(),
+                key: "/k.pem".into()
+            })
+        );
 
         let plain = mirror(base);
         assert_eq!((plain.tls_client(), plain.settings().connection.tls), (None, None));
@@ -437,6 +474,7 @@ mod tests {
         let expected = TlsClientConfig {
             ca_file: Some("/ca.pem".into()),
             verify_hostname: true,
+            client_cert: None,
         };
         assert_eq!(ssl.settings().connection.tls, Some(expected));
         assert_eq!(ssl.sasl_client(), None);
@@ -453,7 +491,8 @@ mod tests {
             connection.tls,
             Some(TlsClientConfig {
                 ca_file: None,
-                verify_hostname: false
+                verify_hostname: false,
+                client_cert: None,
             })
         );
         assert_eq!(connection.sasl.map(|s| s.mechanism), Some(Mechanism::Plain));

@@ -3,8 +3,8 @@
 //! checked against a CA file of the mirror's (PEM), or the system's CA
 //! store, and its name against the host the connection was opened to
 //! (Kafka's `ssl.endpoint.identification.algorithm=https`, the default),
-//! unless the mirror turns the name check off. Client certificates (mutual
-//! TLS) are not offered.
+//! unless the mirror turns the name check off. A client certificate
+//! (mutual TLS) is offered when the mirror names one and its key.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use glommio::net::TcpStream;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// How a connection sets up TLS.
@@ -25,6 +25,33 @@ pub struct TlsClientConfig {
     pub ca_file: Option<PathBuf>,
     /// Check that the certificate names the host connected to.
     pub verify_hostname: bool,
+    /// PEM files of our certificate chain and its (unencrypted) private
+    /// key, offered to a server that asks for one.
+    pub client_cert: Option<ClientCertFiles>,
+}
+
+/// Where a client certificate and its key are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientCertFiles {
+    fn load(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.certificate)
+            .and_then(|certs| certs.collect())
+            .map_err(|e| format!("ssl_certificate_location {}: {e}", self.certificate.display()))?;
+        if chain.is_empty() {
+            return Err(format!(
+                "ssl_certificate_location {}: no certificate in the file",
+                self.certificate.display()
+            ));
+        }
+        let key = PrivateKeyDer::from_pem_file(&self.key)
+            .map_err(|e| format!("ssl_key_location {}: {e}", self.key.display()))?;
+        Ok((chain, key))
+    }
 }
 
 impl TlsClientConfig {
@@ -36,8 +63,8 @@ impl TlsClientConfig {
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS versions: {e}"))?;
-        let config = if self.verify_hostname {
-            builder.with_root_certificates(roots).with_no_client_auth()
+        let builder = if self.verify_hostname {
+            builder.with_root_certificates(roots)
         } else {
             let chain_only = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
@@ -45,7 +72,15 @@ impl TlsClientConfig {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyName(chain_only)))
-                .with_no_client_auth()
+        };
+        let config = match &self.client_cert {
+            None => builder.with_no_client_auth(),
+            Some(files) => {
+                let (chain, key) = files.load()?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("ssl_certificate_location/ssl_key_location: {e}"))?
+            }
         };
         Ok(Arc::new(config))
     }
@@ -152,12 +187,14 @@ mod tests {
         let config = TlsClientConfig {
             ca_file: Some(path.clone()),
             verify_hostname: true,
+            client_cert: None,
         };
         let err = config.rustls_config().unwrap_err();
         assert!(err.contains("no CA certificate") && err.contains("empty.pem"), "{err}");
         let missing = TlsClientConfig {
             ca_file: Some(dir.path().join("missing.pem")),
             verify_hostname: false,
+            client_cert: None,
         };
         let err = missing.rustls_config().unwrap_err();
         assert!(
