@@ -199,8 +199,12 @@ fn listener_settings(
         connections_max_idle: Duration::from_millis(config.connections_max_idle_ms),
         accept: config.accept,
         sasl: None,
+        tls: config.tls()?,
         authorizer: config.authorizer_settings(),
     };
+    if settings.tls.is_some() {
+        tracing::info!("the listener requires TLS");
+    }
     Ok((settings, identity, reservation))
 }
 
@@ -409,6 +413,7 @@ impl Agent {
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
                 listener_addr: listener_addr.map(|a| a.to_string()),
                 listener_sasl: own_sasl,
+                listener_tls: config.listener.as_ref().and_then(ListenerConfig::own_tls_client),
                 reports: Arc::clone(&mirror_reports),
                 catalog: Arc::clone(&catalog),
                 io_memory_bytes: io_memory,

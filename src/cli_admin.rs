@@ -815,6 +815,7 @@ mod tests {
                 ca_file: Some("/etc/ca.pem".into()),
                 verify_hostname: false,
                 client_cert: None,
+                pinned_certificate: None,
             })
         );
         let bad = CreateArgs {

@@ -31,6 +31,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use ringmirror_control::http::AdminToken;
@@ -126,6 +127,13 @@ pub struct ListenerConfig {
     /// names is open to everyone.
     #[serde(default)]
     pub allow_everyone_if_no_acl_found: bool,
+    /// TLS on every connection (a Kafka SSL listener, SASL_SSL with
+    /// `sasl_mechanisms`): PEM files of the certificate chain and its
+    /// unencrypted private key, read at start. Both or neither.
+    #[serde(default)]
+    pub ssl_certificate_location: Option<PathBuf>,
+    #[serde(default)]
+    pub ssl_key_location: Option<PathBuf>,
 }
 
 /// A user of the listener's SASL authentication. SCRAM credentials are
@@ -187,7 +195,31 @@ impl ListenerConfig {
             anyhow::ensure!(has_users, "[listener] sasl_mechanisms need users (or a users_file)");
             self.sasl_users()?;
         }
+        self.tls()?;
         self.validate_authorizer()
+    }
+
+    /// The listener's TLS settings (`None`: in clear).
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+        match (&self.ssl_certificate_location, &self.ssl_key_location) {
+            (None, None) => Ok(None),
+            (Some(certificate), Some(key)) => ringmirror_dataplane::serve::tls::server_config(certificate, key)
+                .map(Some)
+                .map_err(anyhow::Error::msg)
+                .context("[listener] ssl_certificate_location/ssl_key_location"),
+            _ => anyhow::bail!("[listener] ssl_certificate_location and ssl_key_location go together"),
+        }
+    }
+
+    /// How the agent's own connections to this listener set up TLS: they
+    /// trust exactly its certificate, whatever name it holds.
+    pub fn own_tls_client(&self) -> Option<ringmirror_dataplane::client::TlsClientConfig> {
+        self.ssl_certificate_location
+            .clone()
+            .map(|certificate| ringmirror_dataplane::client::TlsClientConfig {
+                pinned_certificate: Some(certificate),
+                ..Default::default()
+            })
     }
 
     fn validate_authorizer(&self) -> anyhow::Result<()> {
@@ -405,6 +437,27 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn listener_tls_settings_need_both_files_and_say_which_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let parse = |extra: &str| {
+            AgentConfig::parse(&format!(
+                "data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"\n{extra}"
+            ))
+        };
+        let err = |extra: &str| format!("{:#}", parse(extra).unwrap_err());
+        assert!(err("ssl_certificate_location = \"/c.pem\"").contains("go together"));
+        let missing = dir.path().join("missing.pem");
+        let both = format!("ssl_certificate_location = {missing:?}\nssl_key_location = {missing:?}");
+        assert!(err(&both).contains("missing.pem"), "{}", err(&both));
+        let not_pem = dir.path().join("cert.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let empty = format!("ssl_certificate_location = {not_pem:?}\nssl_key_location = {missing:?}");
+        assert!(err(&empty).contains("no certificate"), "{}", err(&empty));
+        let plain = parse("").unwrap().listener.unwrap();
+        assert!(plain.tls().unwrap().is_none() && plain.own_tls_client().is_none());
     }
 
     #[test]

@@ -18,12 +18,16 @@
 //! - Mutual TLS: a source that requires a client certificate refuses a
 //!   mirror without one and takes ours (`ssl_certificate_location`,
 //!   `ssl_key_location`).
+//! - Our own listener with TLS: read by confluent-kafka and kcat, closed
+//!   to a client in clear, mirrored by another agent over TLS (see the
+//!   test).
 //! - `sasl_ssl`: an agent with a SASL listener behind the same kind of
 //!   endpoint is mirrored with SASL inside TLS (and produced to by
 //!   confluent-kafka the same way).
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,6 +35,7 @@ use std::time::{Duration, Instant};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::AdminRequest;
 use ringmirror_control::mirror::MirrorConfig;
+use ringmirror_dataplane::log::TopicPartition;
 
 use common::ChildGuard;
 use common::tansu::{Tansu, free_addr, tansu_binary};
@@ -243,6 +248,17 @@ fn mirror_definition(name: &str, bootstrap: &str, topic: &str, tls: serde_json::
     serde_json::from_value(definition).expect("mirror definition")
 }
 
+/// Waits until mirror "dr" at `agent` has synced `group`.
+fn wait_group_synced(agent: &Agent, group: &str) {
+    common::wait_until(DEADLINE, &format!("{group} synced"), || {
+        let d = common::describe_mirror(agent, "dr");
+        match d.groups.get(group) {
+            Some(outcome) if outcome.starts_with("synced") => Ok(()),
+            other => Err(format!("{other:?} {:?}", d.sync_error)),
+        }
+    });
+}
+
 /// Waits until `mirror`'s last round failed with an error holding `says`.
 fn wait_sync_error(agent: &Agent, mirror: &str, says: &str) -> String {
     common::wait_until(
@@ -329,13 +345,7 @@ fn a_source_behind_tls_is_mirrored_with_its_ca_and_refused_without() {
     for p in 0..2 {
         assert_same_batches(&tansu.addr, &ours, "orders", p);
     }
-    common::wait_until(DEADLINE, "billing synced over TLS", || {
-        let described = common::describe_mirror(&agent, "dr");
-        match described.groups.get("billing") {
-            Some(outcome) if outcome.starts_with("synced") => Ok(()),
-            other => Err(format!("{other:?} {:?}", described.sync_error)),
-        }
-    });
+    wait_group_synced(&agent, "billing");
     let d = common::describe_mirror(&agent, "dr");
     assert_eq!(
         (d.source_cluster_id.as_deref(), d.sync_error),
@@ -453,13 +463,7 @@ fn sasl_inside_tls_to_an_agent_behind_tls() {
         });
         assert!(at_b == at_a, "ledger-{p}: B's batches differ from A's");
     }
-    common::wait_until(DEADLINE, "billing synced through TLS and SASL", || {
-        let d = common::describe_mirror(&b, "dr");
-        match d.groups.get("billing") {
-            Some(outcome) if outcome.starts_with("synced") => Ok(()),
-            other => Err(format!("{other:?} {:?}", d.sync_error)),
-        }
-    });
+    wait_group_synced(&b, "billing");
     b.stop().expect("stop B");
     a.stop().expect("stop A");
 }
@@ -520,4 +524,83 @@ fn a_source_that_requires_a_client_certificate_gets_ours() {
     }
     assert_eq!(common::describe_mirror(&agent, "dr").sync_error, None);
     agent.stop().expect("stop the agent");
+}
+
+/// TLS on our own listener (`[listener] ssl_certificate_location`,
+/// `ssl_key_location`), both ways: agent A serves a local topic over TLS
+/// to confluent-kafka (which creates it, produces and commits) and kcat;
+/// a client in clear is closed; agent B, its listener TLS too, mirrors A
+/// over TLS — A's log byte for byte — and syncs A's group into its own
+/// listener (the agent's own connection trusts exactly its certificate).
+#[test]
+fn our_listener_serves_tls() {
+    let _logs = common::logs::capture("info");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path());
+    let tls_listener = format!(
+        "ssl_certificate_location = {:?}\nssl_key_location = {:?}\n",
+        pki.server_cert, pki.server_key
+    );
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let a = Agent::start(common::serving_config(&a_dir, &tls_listener)).expect("agent A");
+    let a_addr = a.listener_addr().expect("A listens").to_string();
+    produce_over_tls(&a_addr, &pki.ca, serde_json::json!({}), &[("orders", 2)], 50);
+
+    // A client in clear gets no answer.
+    let clear = common::KafkaConnection::connect(&a_addr, Duration::from_secs(5)).and_then(|mut c| {
+        c.request::<_, kafka_protocol::messages::ApiVersionsResponse>(
+            kafka_protocol::messages::ApiKey::ApiVersions as i16,
+            3,
+            &kafka_protocol::messages::ApiVersionsRequest::default(),
+        )
+    });
+    assert!(clear.is_err(), "a client in clear was answered: {clear:?}");
+
+    // kcat (Debian's librdkafka, OpenSSL) reads every record.
+    let mut kcat = Command::new("kcat");
+    kcat.args(["-b", &a_addr, "-X", "security.protocol=ssl", "-X"])
+        .arg(format!("ssl.ca.location={}", pki.ca.display()))
+        .args([
+            "-C",
+            "-t",
+            "orders",
+            "-p",
+            "1",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o\\n",
+        ]);
+    let out = common::run_client(kcat, "kcat over TLS", "", CLIENT_TIMEOUT);
+    assert!(out.status.success(), "kcat: {}", out.stderr);
+    let offsets: Vec<i64> = out.stdout.lines().map(|l| l.parse().expect("an offset")).collect();
+    assert_eq!(offsets, (0..50).collect::<Vec<i64>>(), "kcat over TLS");
+
+    let b = Agent::start(common::serving_config(&b_dir, &tls_listener)).expect("agent B");
+    create_mirror(
+        &b,
+        mirror_definition(
+            "dr",
+            &a_addr,
+            "orders",
+            serde_json::json!({ "ssl_ca_location": pki.ca }),
+        ),
+    );
+    let ends = BTreeMap::from([(0, 50), (1, 50)]);
+    common::wait_mirrored(&b, "orders", &ends, DEADLINE);
+    wait_group_synced(&b, "billing");
+    b.stop().expect("stop B");
+    a.stop().expect("stop A");
+    let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("orders", p)).collect();
+    let (at_a, at_b) = (
+        common::mirrored_partition_logs(&a_dir, &tps),
+        common::mirrored_partition_logs(&b_dir, &tps),
+    );
+    for tp in &tps {
+        assert_eq!(at_a[tp].batches.len(), at_b[tp].batches.len(), "{tp}: batches");
+        assert!(at_a[tp].batches == at_b[tp].batches, "{tp}: B's log differs from A's");
+        assert_eq!(at_b[tp].log_end_offset, 50, "{tp}");
+    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
 use ringmirror_dataplane::client::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
-use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
+use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::{
     FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
@@ -76,6 +76,9 @@ pub struct CoordinatorSetup {
     pub listener_addr: Option<String>,
     /// How we authenticate to our own listener when it takes SASL only.
     pub listener_sasl: Option<SaslClientConfig>,
+    /// How the agent's connections to its own listener set up TLS (`None`:
+    /// the listener is in clear).
+    pub listener_tls: Option<TlsClientConfig>,
     /// Where the partitions' states and last mirror epochs are published
     /// for peers (DescribeClusterMirrors on our listener).
     pub reports: Arc<MirrorReportsHandle>,
@@ -111,6 +114,7 @@ impl Coordinator {
                     local_cluster_id,
                     listener_addr,
                     listener_sasl,
+                    listener_tls,
                     reports,
                     catalog,
                     ..
@@ -124,6 +128,7 @@ impl Coordinator {
                     local_cluster_id,
                     listener_addr,
                     listener_sasl,
+                    listener_tls,
                     listener_conn: None,
                     reports,
                     catalog,
@@ -213,6 +218,7 @@ struct Core {
     local_cluster_id: String,
     listener_addr: Option<String>,
     listener_sasl: Option<SaslClientConfig>,
+    listener_tls: Option<TlsClientConfig>,
     /// To our own listener, for group offset sync.
     listener_conn: Option<Connection>,
     reports: Arc<MirrorReportsHandle>,
@@ -869,6 +875,7 @@ impl Core {
         if self.listener_conn.is_none() {
             let options = ConnectionOptions {
                 sasl: self.listener_sasl.clone(),
+                tls: self.listener_tls.clone(),
                 ..control_options("sync")
             };
             match Connection::connect(&addr, options).await {

@@ -305,6 +305,7 @@ impl MirrorConfig {
                 .clone()
                 .zip(self.ssl_key_location.clone())
                 .map(|(certificate, key)| ClientCertFiles { certificate, key }),
+            pinned_certificate: None,
         })
     }
 
@@ -475,6 +476,7 @@ mod tests {
             ca_file: Some("/ca.pem".into()),
             verify_hostname: true,
             client_cert: None,
+            pinned_certificate: None,
         };
         assert_eq!(ssl.settings().connection.tls, Some(expected));
         assert_eq!(ssl.sasl_client(), None);
@@ -493,6 +495,7 @@ mod tests {
                 ca_file: None,
                 verify_hostname: false,
                 client_cert: None,
+                pinned_certificate: None,
             })
         );
         assert_eq!(connection.sasl.map(|s| s.mechanism), Some(Mechanism::Plain));

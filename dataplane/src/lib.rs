@@ -6,7 +6,7 @@
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`serve`] is the Kafka-protocol listener clients read the logs through.
 //! * [`sasl`] is SASL authentication (PLAIN, SCRAM), ours to sources and
-//!   our listener's.
+//!   our listener's; [`transport`] is a TCP stream in clear or under TLS.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
 //! * [`failpoint`] kills the process at named points, for crash tests.
 //!
@@ -22,4 +22,5 @@ pub mod log;
 pub mod sasl;
 pub mod serve;
 pub mod shard;
+pub mod transport;
 pub mod wire;

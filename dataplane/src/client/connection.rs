@@ -8,13 +8,10 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use futures_rustls::client::TlsStream;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
@@ -22,6 +19,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 use super::error::ClientError;
 use super::tls::{self, TlsClientConfig};
 use crate::sasl::SaslClientConfig;
+use crate::transport::Transport;
 
 /// Receive buffer for everything but record bytes: response headers and
 /// small responses. Sized to hold a typical Metadata response in one read.
@@ -54,44 +52,6 @@ impl Default for ConnectionOptions {
             max_response_bytes: 256 * 1024 * 1024,
             sasl: None,
             tls: None,
-        }
-    }
-}
-
-/// The socket, in clear or under TLS.
-enum Transport {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Transport {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Transport {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_close(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
         }
     }
 }
@@ -181,11 +141,10 @@ impl Connection {
             Some(config) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
-                Transport::Tls(Box::new(
-                    tls::handshake(config, host, stream)
-                        .await
-                        .map_err(io("TLS handshake"))?,
-                ))
+                let tls = tls::handshake(config, host, stream)
+                    .await
+                    .map_err(io("TLS handshake"))?;
+                Transport::Tls(Box::new(futures_rustls::TlsStream::Client(tls)))
             }
         };
         Ok(Self {

@@ -28,6 +28,10 @@ pub struct TlsClientConfig {
     /// PEM files of our certificate chain and its (unencrypted) private
     /// key, offered to a server that asks for one.
     pub client_cert: Option<ClientCertFiles>,
+    /// Trust exactly the first certificate of this PEM file, whatever its
+    /// name or issuer (the agent's connections to its own listener, which
+    /// serves that certificate); `ca_file` and the name check do not apply.
+    pub pinned_certificate: Option<PathBuf>,
 }
 
 /// Where a client certificate and its key are.
@@ -58,20 +62,29 @@ impl TlsClientConfig {
     /// A rustls client config: the trust anchors are read at each call, so
     /// a rotated CA file applies from the next connection on.
     fn rustls_config(&self) -> Result<Arc<ClientConfig>, String> {
-        let roots = Arc::new(self.roots()?);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS versions: {e}"))?;
-        let builder = if self.verify_hostname {
-            builder.with_root_certificates(roots)
+        let algorithms = provider.signature_verification_algorithms;
+        let custom = |check| Arc::new(CustomCheck { check, algorithms });
+        let builder = if let Some(path) = &self.pinned_certificate {
+            let pinned = CertificateDer::pem_file_iter(path)
+                .and_then(|mut certs| certs.next().transpose())
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .ok_or_else(|| format!("{}: no certificate in the file", path.display()))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(custom(Check::Pinned(pinned)))
+        } else if self.verify_hostname {
+            builder.with_root_certificates(Arc::new(self.roots()?))
         } else {
-            let chain_only = WebPkiServerVerifier::builder_with_provider(roots, provider)
+            let chain_only = WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider)
                 .build()
                 .map_err(|e| format!("TLS certificate verifier: {e}"))?;
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyName(chain_only)))
+                .with_custom_certificate_verifier(custom(Check::AnyName(chain_only)))
         };
         let config = match &self.client_cert {
             None => builder.with_no_client_auth(),
@@ -127,12 +140,24 @@ pub(super) async fn handshake(
     TlsConnector::from(rustls_config).connect(name, stream).await
 }
 
-/// The certificate chain checked, the name not (Kafka's empty
-/// `ssl.endpoint.identification.algorithm`).
+/// A server certificate check rustls does not have built in; the
+/// handshake's signatures are checked as usual.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+struct CustomCheck {
+    check: Check,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for AnyName {
+#[derive(Debug)]
+enum Check {
+    /// The chain checked, the name not (Kafka's empty
+    /// `ssl.endpoint.identification.algorithm`).
+    AnyName(Arc<WebPkiServerVerifier>),
+    /// Exactly this certificate, whatever its name or issuer.
+    Pinned(CertificateDer<'static>),
+}
+
+impl ServerCertVerifier for CustomCheck {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -141,14 +166,19 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
+        match &self.check {
+            Check::AnyName(chain) => {
+                match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+                    Err(rustls::Error::InvalidCertificate(
+                        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+                    )) => Ok(ServerCertVerified::assertion()),
+                    other => other,
+                }
+            }
+            Check::Pinned(pinned) if end_entity.as_ref() == pinned.as_ref() => Ok(ServerCertVerified::assertion()),
+            Check::Pinned(_) => Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            )),
         }
     }
 
@@ -158,7 +188,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -167,11 +197,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -188,6 +218,7 @@ mod tests {
             ca_file: Some(path.clone()),
             verify_hostname: true,
             client_cert: None,
+            pinned_certificate: None,
         };
         let err = config.rustls_config().unwrap_err();
         assert!(err.contains("no CA certificate") && err.contains("empty.pem"), "{err}");
@@ -195,6 +226,7 @@ mod tests {
             ca_file: Some(dir.path().join("missing.pem")),
             verify_hostname: false,
             client_cert: None,
+            pinned_certificate: None,
         };
         let err = missing.rustls_config().unwrap_err();
         assert!(

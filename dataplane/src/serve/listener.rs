@@ -29,6 +29,7 @@ use super::registry::{ShardAccess, ShardLinks};
 use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
 use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
 use crate::sasl::SaslServerConfig;
+use crate::transport::Transport;
 use crate::wire::EncodedFetchResponse;
 
 /// Kafka's `socket.request.max.bytes` default.
@@ -64,8 +65,11 @@ pub struct ListenerSettings {
     /// `connections.max.idle.ms`), so stalled clients do not hold sockets.
     pub connections_max_idle: Duration,
     pub accept: AcceptMode,
-    /// SASL authentication of every connection (`None`: PLAINTEXT).
+    /// SASL authentication of every connection (`None`: none).
     pub sasl: Option<Arc<SaslServerConfig>>,
+    /// TLS on every connection (`None`: in clear); records are then copied
+    /// through a buffer, not sent with sendfile.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// ACL enforcement (off by default).
     pub authorizer: AuthorizerSettings,
 }
@@ -79,6 +83,7 @@ impl ListenerSettings {
             connections_max_idle: CONNECTIONS_MAX_IDLE_DEFAULT,
             accept: AcceptMode::EachShard,
             sasl: None,
+            tls: None,
             authorizer: AuthorizerSettings::default(),
         }
     }
@@ -217,7 +222,7 @@ fn response_frame(
 
 /// One client connection and what its handlers need.
 pub struct ClientConnection {
-    stream: TcpStream,
+    stream: Transport,
     peer: String,
     pub settings: Rc<ListenerSettings>,
     pub access: ShardAccess,
@@ -253,7 +258,7 @@ impl ClientConnection {
         let catalog = CatalogView::new(access.local.catalog());
         let auth = ConnectionAuth::new(settings.sasl.as_ref());
         Self {
-            stream,
+            stream: Transport::Plain(stream),
             peer,
             settings,
             access,
@@ -314,8 +319,32 @@ impl ClientConnection {
             )
     }
 
-    async fn serve(mut self) {
+    async fn serve(self) {
         tracing::debug!(peer = self.peer, shard = self.access.local.shard, "client connected");
+        if let Some(conn) = self.secured().await {
+            conn.serve_requests().await;
+        }
+    }
+
+    /// With TLS on the listener, the connection after its handshake
+    /// (`None`: it failed, the connection is closed); else as it is.
+    async fn secured(self) -> Option<Self> {
+        let (Some(config), Transport::Plain(_)) = (self.settings.tls.clone(), &self.stream) else {
+            return Some(self);
+        };
+        let Transport::Plain(tcp) = self.stream else {
+            unreachable!("matched above");
+        };
+        match super::tls::accept(&config, tcp).await {
+            Ok(stream) => Some(Self { stream, ..self }),
+            Err(e) => {
+                tracing::info!(peer = self.peer, error = %e, "closing client connection: TLS handshake failed");
+                None
+            }
+        }
+    }
+
+    async fn serve_requests(mut self) {
         loop {
             let frame = match self.read_frame().await {
                 Ok(Some(frame)) => frame,
@@ -397,7 +426,8 @@ impl ClientConnection {
         let mut frame = Vec::with_capacity(4 + token.len());
         frame.extend_from_slice(&(token.len() as i32).to_be_bytes());
         frame.extend_from_slice(token);
-        self.stream.write_all(&frame).await
+        self.stream.write_all(&frame).await?;
+        self.stream.flush().await
     }
 
     /// Sends a response encoded by kafka-protocol.
@@ -434,7 +464,10 @@ impl ClientConnection {
         version: i16,
     ) -> std::io::Result<()> {
         match frame {
-            Ok(frame) => self.stream.write_all(&frame).await,
+            Ok(frame) => {
+                self.stream.write_all(&frame).await?;
+                self.stream.flush().await
+            }
             Err(e) => {
                 // Our own response failed to encode: a bug, reported, and
                 // the client is disconnected rather than sent a broken frame.
@@ -450,7 +483,7 @@ impl ClientConnection {
         let mut at = 0;
         for (position, records) in &response.records {
             self.stream.write_all(&response.bytes[at..*position]).await?;
-            if self.settings.zero_copy {
+            if self.settings.zero_copy && self.stream.plain().is_some() {
                 self.send_file(&records.file, records.position, records.len).await?;
             } else {
                 self.copy_file(&records.file, records.position, records.len).await?;
@@ -470,7 +503,8 @@ impl ClientConnection {
             let mut offset = position as libc::off_t;
             let left = (end - position) as usize;
             // SAFETY: both descriptors are open for the duration of the call.
-            let sent = unsafe { libc::sendfile(self.stream.as_raw_fd(), file.as_raw_fd(), &mut offset, left) };
+            let socket = self.stream.plain().expect("sendfile only in clear").as_raw_fd();
+            let sent = unsafe { libc::sendfile(socket, file.as_raw_fd(), &mut offset, left) };
             if sent > 0 {
                 position += sent as u64;
                 continue;

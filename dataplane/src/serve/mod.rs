@@ -29,6 +29,7 @@ pub mod producer_ids;
 pub mod registry;
 pub mod request;
 pub mod sasl;
+pub mod tls;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};
