@@ -528,7 +528,8 @@ fn a_source_that_requires_a_client_certificate_gets_ours() {
 
 /// TLS on our own listener (`[listener] ssl_certificate_location`,
 /// `ssl_key_location`), both ways: agent A serves a local topic over TLS
-/// to confluent-kafka (which creates it, produces and commits) and kcat;
+/// to confluent-kafka (which creates it, produces and commits), kcat and
+/// kafka-python;
 /// a client in clear is closed; agent B, its listener TLS too, mirrors A
 /// over TLS — A's log byte for byte — and syncs A's group into its own
 /// listener (the agent's own connection trusts exactly its certificate).
@@ -577,6 +578,31 @@ fn our_listener_serves_tls() {
     assert!(out.status.success(), "kcat: {}", out.stderr);
     let offsets: Vec<i64> = out.stdout.lines().map(|l| l.parse().expect("an offset")).collect();
     assert_eq!(offsets, (0..50).collect::<Vec<i64>>(), "kcat over TLS");
+    // kafka-python (Python's ssl module) too.
+    let script = r#"
+import sys
+from kafka import KafkaConsumer, TopicPartition
+consumer = KafkaConsumer(bootstrap_servers=sys.argv[1], security_protocol="SSL", ssl_cafile=sys.argv[2],
+                         ssl_check_hostname=True, enable_auto_commit=False, consumer_timeout_ms=30000)
+tp = TopicPartition("orders", 0)
+consumer.assign([tp])
+consumer.seek_to_beginning(tp)
+offsets = []
+for m in consumer:
+    offsets.append(m.offset)
+    if len(offsets) == 50:
+        break
+print(offsets == list(range(50)))
+"#;
+    let mut python = Command::new("python3");
+    python.arg("-c").arg(script).arg(&a_addr).arg(&pki.ca);
+    let out = common::run_client(python, "kafka-python over TLS", "", CLIENT_TIMEOUT);
+    assert!(
+        out.status.success() && out.stdout.trim() == "True",
+        "kafka-python over TLS: {}\n{}",
+        out.stdout,
+        out.stderr
+    );
 
     let b = Agent::start(common::serving_config(&b_dir, &tls_listener)).expect("agent B");
     create_mirror(
