@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
 use kafka_protocol::messages::{
     ApiKey, CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeAclsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
@@ -402,6 +404,52 @@ fn acls_are_enforced_for_real_clients() {
     // A DENY READ does not deny DESCRIBE, which her READ ALLOW implies.
     assert_eq!(end_offset(&mut alice), (0, RECORDS as i64));
     step(started, "a PREFIXED DENY beats the ALLOW");
+
+    // OffsetFetch by a principal who may read the group but not describe
+    // its topic: a named topic is refused per partition, an "all topics"
+    // answer leaves it out — before v8 (topics) and from v8 (groups).
+    let bob_group = acl(
+        ResourceType::Group,
+        GROUP,
+        PatternType::Literal,
+        "User:bob",
+        AclOperation::Read,
+        AclPermissionType::Allow,
+    );
+    assert_eq!(create_acls(&mut admin, &[bob_group]), [0]);
+    assert_eq!(committed(&mut bob), (TOPIC_AUTHORIZATION_FAILED, -1));
+    let all: OffsetFetchResponse = bob
+        .request(
+            ApiKey::OffsetFetch as i16,
+            5,
+            &OffsetFetchRequest::default().with_group_id(GroupId(s(GROUP))),
+        )
+        .expect("OffsetFetch v5");
+    assert_eq!((all.error_code, all.topics.len()), (0, 0), "{all:?}");
+    let mut v8 = |topics: Option<Vec<OffsetFetchRequestTopics>>| -> OffsetFetchResponse {
+        let group = OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_topics(topics);
+        bob.request(
+            ApiKey::OffsetFetch as i16,
+            8,
+            &OffsetFetchRequest::default().with_groups(vec![group]),
+        )
+        .expect("OffsetFetch v8")
+    };
+    let named = v8(Some(vec![
+        OffsetFetchRequestTopics::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partition_indexes(vec![0]),
+    ]));
+    let p = &named.groups[0].topics[0].partitions[0];
+    assert_eq!((p.error_code, p.committed_offset), (TOPIC_AUTHORIZATION_FAILED, -1));
+    let everything = v8(None);
+    assert_eq!(
+        (everything.groups[0].error_code, everything.groups[0].topics.len()),
+        (0, 0)
+    );
+    step(started, "OffsetFetch hides the topic bob may not describe");
 
     // Produce: refused without WRITE, accepted with it.
     let out = kcat(&addr, "bob", &["-P", "-t", TOPIC, "-p", "0"], &records(3));

@@ -400,31 +400,30 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             let mut body = offset_fetch(&conn.access, version, r).await;
             if restricted {
                 let allowed = |t: &TopicName| topic_allowed(conn, AclOperation::Describe, t);
-                if all_topics {
-                    body.topics.retain(|t| allowed(&t.name));
-                } else {
-                    for t in body.topics.iter_mut().filter(|t| !allowed(&t.name)) {
-                        for p in &mut t.partitions {
-                            p.committed_offset = -1;
-                            p.committed_leader_epoch = -1;
-                            p.metadata = Some(StrBytes::default());
-                            p.error_code = TOPIC_AUTHORIZATION_FAILED;
-                        }
-                    }
-                }
-                for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
-                    if all {
-                        g.topics.retain(|t| allowed(&t.name));
-                    } else {
-                        for t in g.topics.iter_mut().filter(|t| !allowed(&t.name)) {
-                            for p in &mut t.partitions {
-                                p.committed_offset = -1;
-                                p.committed_leader_epoch = -1;
-                                p.metadata = Some(StrBytes::default());
-                                p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                // The same rule for both layouts (topics before v8, groups'
+                // topics from v8; other types, the same fields): a topic
+                // the client may not describe is left out of an "all
+                // topics" answer, and answered TOPIC_AUTHORIZATION_FAILED
+                // where it was named.
+                macro_rules! hide_denied {
+                    ($topics:expr, $all:expr) => {
+                        if $all {
+                            $topics.retain(|t| allowed(&t.name));
+                        } else {
+                            for t in $topics.iter_mut().filter(|t| !allowed(&t.name)) {
+                                for p in &mut t.partitions {
+                                    p.committed_offset = -1;
+                                    p.committed_leader_epoch = -1;
+                                    p.metadata = Some(StrBytes::default());
+                                    p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                                }
                             }
                         }
-                    }
+                    };
+                }
+                hide_denied!(body.topics, all_topics);
+                for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
+                    hide_denied!(g.topics, all);
                 }
             }
             body.groups.extend(denied_groups.into_iter().map(|g| {
