@@ -2,7 +2,8 @@
 # Installs what ringmirror's tests need on a fresh Debian machine with the
 # Rust toolchain: a C toolchain for librdkafka (built from source by the
 # rdkafka crate), kcat, the Python Kafka clients the interop tests drive, and
-# the tansu broker.
+# the tansu broker, and Apache Kafka (broker, tools, clients) with our Java
+# test driver from Maven Central.
 # Idempotent: installs only what is missing.
 set -euo pipefail
 
@@ -53,5 +54,23 @@ tansu_version="0.6.0"
 if [ "$(tansu --version 2>/dev/null)" != "tansu $tansu_version" ]; then
   echo "setup: installing tansu $tansu_version (cargo install, a few minutes)"
   cargo install tansu --version "$tansu_version" --locked --debug --features dynostore --quiet
+fi
+# Apache Kafka, the reference peer: tests/kafka/pom.xml resolves the broker
+# (KRaft), its CLI tools, Streams, Connect and MirrorMaker 2 from Maven
+# Central and builds the Java test driver against Kafka's own client library;
+# the tests read the classpath it writes. Maven caches the jars in ~/.m2, so
+# later runs are offline; rebuilt only when the pom or the driver changed.
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "setup: installing Java 17 and Maven"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+fi
+kafka_dir="tests/kafka"
+kafka_stamp="$kafka_dir/target/classpath.txt"
+if [ ! -f "$kafka_stamp" ] || [ -n "$(find "$kafka_dir/pom.xml" "$kafka_dir/src" -newer "$kafka_stamp" -print -quit)" ]; then
+  echo "setup: resolving Apache Kafka and building the Java test driver (mvn, tests/kafka)"
+  mvn -B -q -f "$kafka_dir/pom.xml" package
 fi
 echo "setup: done"

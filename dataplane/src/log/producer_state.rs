@@ -164,7 +164,17 @@ impl ProducerState {
             coordinator_epoch: -1,
             current_txn_first_offset: None,
         });
-        entry.producer_epoch = b.producer_epoch;
+        if entry.producer_epoch != b.producer_epoch {
+            // A new epoch forgets the old one's batches, as Kafka's
+            // ProducerStateEntry.maybeUpdateProducerEpoch does: with
+            // transaction version 2 every COMMIT/ABORT marker carries the
+            // bumped epoch, so after a marker no sequence is remembered.
+            entry.producer_epoch = b.producer_epoch;
+            entry.last_sequence = -1;
+            entry.last_offset = -1;
+            entry.offset_delta = 0;
+            self.recent.remove(&b.producer_id);
+        }
         entry.last_timestamp = b.max_timestamp;
         match &b.control {
             Some(control) if matches!(control.control_type, ControlType::Abort | ControlType::Commit) => {
@@ -359,5 +369,35 @@ mod tests {
         s.apply(&facts(10, 10, NO_PRODUCER_ID, false, Some(ControlType::MirrorPidReset)));
         assert_eq!(s.producers().count(), 0);
         assert_eq!(s.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn a_marker_with_a_bumped_epoch_forgets_the_old_epochs_batches_as_kafka() {
+        let mut s = ProducerState::default();
+        s.apply(&facts(0, 4, 1, true, None));
+        assert!(s.duplicate_of(1, 0, 4).is_some());
+        // Transaction version 2: the marker carries epoch + 1.
+        let mut marker = facts(5, 5, 1, true, Some(ControlType::Commit));
+        marker.producer_epoch = 1;
+        s.apply(&marker);
+        let entry = *s.producer(1).unwrap();
+        assert_eq!(
+            (
+                entry.producer_epoch,
+                entry.last_sequence,
+                entry.last_offset,
+                entry.offset_delta
+            ),
+            (1, -1, -1, 0),
+            "what Kafka's snapshot holds for the producer after the marker"
+        );
+        assert_eq!(s.duplicate_of(1, 0, 4), None, "the old epoch's batches are forgotten");
+        let decoded = ProducerState::decode_snapshot(&s.encode_snapshot()).unwrap();
+        assert_eq!(decoded.producer(1), Some(&entry));
+        // A marker at the same epoch (transaction version 1) keeps them.
+        let mut t = ProducerState::default();
+        t.apply(&facts(0, 4, 1, true, None));
+        t.apply(&facts(5, 5, 1, true, Some(ControlType::Commit)));
+        assert_eq!(t.producer(1).unwrap().last_sequence, 4);
     }
 }

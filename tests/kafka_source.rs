@@ -1,0 +1,377 @@
+//! Apache Kafka (a KRaft cluster of one controller and three brokers, see
+//! `tests/common/kafka.rs`) as the reference source: what an in-process
+//! agent mirrors from it is compared with Kafka's own files, Kafka's own
+//! tools read our files, and Kafka's own clients read our listener.
+//!
+//! - **Byte for byte against Kafka's own files**: topics of every codec,
+//!   idempotent and transactional data with real COMMIT/ABORT markers,
+//!   headers, null keys and values, records of several MiB. Our batches
+//!   equal, offset for offset, the batches in the partition leader's `.log`
+//!   files, and our `leader-epoch-checkpoint` equals the leader's.
+//! - **Kafka's tools read our files**: DumpLogSegments prints for our
+//!   `.log`, `.index` and `.timeindex` what it prints for the leader's
+//!   (positions and segment bases aside), with its index sanity check.
+//! - **Kafka's clients read our listener**: the Java consumer reads at both
+//!   isolation levels what it reads at the source.
+//!
+//! One cluster serves every test of this binary; each test has topics and
+//! an agent of its own.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use ringmirror::agent::Agent;
+use ringmirror_dataplane::log::TopicPartition;
+
+use common::kafka::{KafkaCluster, KafkaClusterSpec, driver, tool};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// Tests that stop brokers hold this exclusively; the others share it, so
+/// no leader moves under a test that compares with the leader's files.
+static BROKERS_STEADY: RwLock<()> = RwLock::new(());
+
+fn steady() -> RwLockReadGuard<'static, ()> {
+    BROKERS_STEADY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    BROKERS_STEADY.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn cluster() -> &'static KafkaCluster {
+    KafkaCluster::shared(|| {
+        KafkaClusterSpec::default()
+            // Small segments, so the comparison spans segment rolls.
+            .with("log.segment.bytes", &SEGMENT_BYTES.to_string())
+            .with("message.max.bytes", "16777216")
+            .with("replica.fetch.max.bytes", "16777216")
+    })
+}
+
+/// Produces with the Java driver; returns the offsets it was told.
+fn produce(topic: &str, args: &[&str]) -> Vec<(i32, i64)> {
+    let mut all = vec!["--topic", topic];
+    all.extend_from_slice(args);
+    driver("produce", &cluster().bootstrap, &all)
+        .iter()
+        .filter_map(|l| l.strip_prefix("produced "))
+        .map(|l| {
+            let (p, o) = l.split_once(' ').expect("partition offset");
+            (p.parse().expect("partition"), o.parse().expect("offset"))
+        })
+        .collect()
+}
+
+/// Every record the Java consumer reads from `topic` at `bootstrap`, as
+/// the driver prints them, sorted by partition and offset.
+fn consume(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
+    let lines = driver(
+        "consume",
+        bootstrap,
+        &["--topic", topic, "--isolation", isolation, "--idle-ms", "2000"],
+    );
+    let mut records: Vec<String> = lines.iter().filter(|l| l.starts_with("record ")).cloned().collect();
+    records.sort_by_key(|l| {
+        let mut f = l.split(' ').skip(1);
+        let p: i32 = f.next().and_then(|v| v.parse().ok()).expect("partition");
+        let o: i64 = f.next().and_then(|v| v.parse().ok()).expect("offset");
+        (p, o)
+    });
+    records
+}
+
+/// The brokers' `log.segment.bytes`, and ours, so segments roll at the same offsets.
+const SEGMENT_BYTES: u32 = 1 << 20;
+
+/// An agent serving on loopback and mirroring `topics` from the cluster as
+/// "dr", with segments of [`SEGMENT_BYTES`] as the brokers'.
+fn mirror(data_dir: &Path, topics: &[&str]) -> Agent {
+    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    let config = ringmirror::config::AgentConfig::parse(&format!(
+        r#"
+        data_dir = {data_dir:?}
+        shards = 2
+        [listener]
+        address = "127.0.0.1:0"
+        [log]
+        segment_bytes = {SEGMENT_BYTES}
+        [[mirror]]
+        name = "dr"
+        bootstrap_servers = [{bootstrap:?}]
+        topics = [{topics}]
+        fetch_max_wait_ms = 50
+        metadata_refresh_interval_ms = 1000
+        "#,
+        bootstrap = cluster().bootstrap,
+    ))
+    .expect("agent config");
+    Agent::start(config).expect("agent")
+}
+
+/// Waits until the agent's log of every partition of `topic` ends at the
+/// source's high watermark; returns those ends.
+fn wait_caught_up(agent: &Agent, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let ends: BTreeMap<i32, i64> = (0..partitions)
+        .map(|p| {
+            let source = common::source_partition_log(&cluster().bootstrap, topic, p, DEADLINE);
+            (p, source.high_watermark)
+        })
+        .collect();
+    common::wait_mirrored(agent, topic, &ends, DEADLINE);
+    ends
+}
+
+/// The `.log` files of `topic`-`partition` in a log directory, by base offset.
+fn log_files(log_dir: &Path, tp: &TopicPartition, ext: &str) -> Vec<PathBuf> {
+    let dir = log_dir.join(format!("{}-{}", tp.topic, tp.partition));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The whole batches in the partition leader's own segment files.
+fn kafka_file_batches(tp: &TopicPartition) -> (i32, common::Batches) {
+    let leader = cluster().leaders(&tp.topic)[&tp.partition];
+    let mut batches = Vec::new();
+    for file in log_files(cluster().log_dir(leader), tp, "log") {
+        let bytes = std::fs::read(&file).expect("read Kafka's segment");
+        batches.extend(common::split_batches(&bytes));
+    }
+    (leader, batches)
+}
+
+fn epoch_checkpoint(log_dir: &Path, tp: &TopicPartition) -> String {
+    let path = log_dir
+        .join(format!("{}-{}", tp.topic, tp.partition))
+        .join("leader-epoch-checkpoint");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn batches_equal_kafka_leaders_own_files_byte_for_byte() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("bytes-codecs", CODECS.len() as i32, &[]);
+    c.create_topic("bytes-txn", 1, &[]);
+    c.create_topic(
+        "bytes-large",
+        1,
+        &[("max.message.bytes", "16777216"), ("segment.bytes", "33554432")],
+    );
+    for (p, codec) in CODECS.iter().enumerate() {
+        let p = p.to_string();
+        let idempotent = if p == "1" || p == "3" {
+            "--idempotent"
+        } else {
+            "--batch"
+        };
+        produce(
+            "bytes-codecs",
+            &[
+                "--partition",
+                &p,
+                "--codec",
+                codec,
+                "--count",
+                "400",
+                "--value-bytes",
+                "700",
+                "--headers",
+                "--null-keys",
+                "--null-values",
+                "--batch",
+                idempotent,
+            ],
+        );
+    }
+    // Real transaction markers: a commit, an abort, and a commit again.
+    for (id, outcome) in [("tx-a", "commit"), ("tx-b", "abort"), ("tx-a", "commit")] {
+        produce(
+            "bytes-txn",
+            &[
+                "--transactional",
+                id,
+                "--txn",
+                outcome,
+                "--count",
+                "30",
+                "--codec",
+                "lz4",
+                "--batch",
+            ],
+        );
+    }
+    produce(
+        "bytes-large",
+        &["--count", "4", "--value-bytes", "3145728", "--codec", "none"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let agent = mirror(&data, &["bytes-codecs", "bytes-txn", "bytes-large"]);
+    let mut tps = Vec::new();
+    for (topic, partitions) in [
+        ("bytes-codecs", CODECS.len() as i32),
+        ("bytes-txn", 1),
+        ("bytes-large", 1),
+    ] {
+        wait_caught_up(&agent, topic, partitions);
+        tps.extend((0..partitions).map(|p| TopicPartition::new(topic, p)));
+    }
+    agent.stop().expect("clean stop");
+
+    // What Kafka serves equals what we hold (the raw-Fetch comparison) …
+    common::assert_mirrors_source(&data, &c.bootstrap, &tps);
+    // … and equals Kafka's own files, batch for batch.
+    let ours = common::mirrored_partition_logs(&data, &tps);
+    let mut markers = 0;
+    for tp in &tps {
+        let (leader, kafka) = kafka_file_batches(tp);
+        let mine = &ours[tp].batches;
+        assert!(!kafka.is_empty(), "{tp}: Kafka's files hold no batch");
+        assert_eq!(
+            mine.iter().map(|(o, b)| (*o, b.len())).collect::<Vec<_>>(),
+            kafka.iter().map(|(o, b)| (*o, b.len())).collect::<Vec<_>>(),
+            "{tp}: batch offsets and lengths, ours vs broker {leader}'s files"
+        );
+        for ((offset, a), (_, b)) in mine.iter().zip(&kafka) {
+            assert!(a == b, "{tp}: batch at {offset} differs from broker {leader}'s file");
+        }
+        markers += mine.iter().filter(|(_, b)| common::batch_view(b).is_control()).count();
+        assert_eq!(
+            epoch_checkpoint(&data, tp),
+            epoch_checkpoint(c.log_dir(leader), tp),
+            "{tp}: leader-epoch-checkpoint, ours vs broker {leader}'s"
+        );
+    }
+    assert_eq!(markers, 3, "one COMMIT/ABORT marker per transaction");
+    let large = &ours[&TopicPartition::new("bytes-large", 0)].batches;
+    assert!(
+        large.iter().all(|(_, b)| b.len() > 3 << 20),
+        "records of several MiB, one per batch"
+    );
+}
+
+/// DumpLogSegments' output with what depends on where a file lies (the
+/// "Dumping <path>" lines, the directory in other lines) left out.
+fn dump(files: &[PathBuf], extra: &[&str]) -> Vec<String> {
+    let dir = files[0].parent().expect("a partition directory").display().to_string();
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut args = vec!["--files".to_owned(), names.join(",")];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    tool("org.apache.kafka.tools.DumpLogSegments", &args)
+        .lines()
+        .filter(|l| !l.starts_with("Dumping "))
+        .map(|l| l.replace(&dir, "<dir>"))
+        .collect()
+}
+
+#[test]
+fn kafka_dump_log_segments_reads_our_files_as_kafkas() {
+    // The leader is stopped below: a closed Kafka log is compared with our
+    // closed one (closing appends the active segment's last time index
+    // entry and writes a producer snapshot, in Kafka as here).
+    let _exclusive = exclusive();
+    let c = cluster();
+    c.create_topic("dump", 1, &[]);
+    produce(
+        "dump",
+        &[
+            "--count",
+            "3000",
+            "--value-bytes",
+            "300",
+            "--codec",
+            "gzip",
+            "--batch",
+            "--headers",
+        ],
+    );
+    produce("dump", &["--transactional", "tx-d", "--txn", "abort", "--count", "20"]);
+    produce("dump", &["--count", "50", "--idempotent"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let agent = mirror(&data, &["dump"]);
+    wait_caught_up(&agent, "dump", 1);
+    agent.stop().expect("clean stop");
+
+    let tp = TopicPartition::new("dump", 0);
+    let leader = c.leaders("dump")[&0];
+    c.stop_broker(leader);
+    for (ext, extra) in [
+        ("log", &["--print-data-log", "--deep-iteration"][..]),
+        ("index", &["--index-sanity-check"][..]),
+        ("index", &[][..]),
+        ("timeindex", &["--index-sanity-check"][..]),
+        ("timeindex", &[][..]),
+        ("txnindex", &[][..]),
+        ("snapshot", &[][..]),
+    ] {
+        let kafka = log_files(c.log_dir(leader), &tp, ext);
+        let ours = log_files(&data, &tp, ext);
+        assert_eq!(
+            ours.iter().map(|p| p.file_name()).collect::<Vec<_>>(),
+            kafka.iter().map(|p| p.file_name()).collect::<Vec<_>>(),
+            "{ext} files: ours vs broker {leader}'s"
+        );
+        let (a, b) = (dump(&ours, extra), dump(&kafka, extra));
+        assert!(!a.is_empty(), "DumpLogSegments printed nothing for our {ext} files");
+        assert_eq!(a, b, "DumpLogSegments {extra:?} of our {ext} files vs Kafka's");
+    }
+    c.restart_broker(leader);
+}
+
+#[test]
+fn kafka_java_consumer_reads_our_listener_as_it_reads_the_source() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("consumed", 2, &[]);
+    produce(
+        "consumed",
+        &[
+            "--count",
+            "200",
+            "--codec",
+            "zstd",
+            "--headers",
+            "--null-values",
+            "--batch",
+        ],
+    );
+    produce(
+        "consumed",
+        &["--transactional", "tx-c1", "--txn", "abort", "--count", "25"],
+    );
+    produce(
+        "consumed",
+        &["--transactional", "tx-c2", "--txn", "commit", "--count", "25"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["consumed"]);
+    wait_caught_up(&agent, "consumed", 2);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    for isolation in ["read_uncommitted", "read_committed"] {
+        let at_source = consume(&c.bootstrap, "consumed", isolation);
+        let here = consume(&ours, "consumed", isolation);
+        let expected = if isolation == "read_committed" { 225 } else { 250 };
+        assert_eq!(at_source.len(), expected, "{isolation} at Kafka");
+        assert_eq!(
+            here, at_source,
+            "{isolation}: the Java consumer at our listener vs at Kafka"
+        );
+    }
+    agent.stop().expect("clean stop");
+}
