@@ -11,8 +11,11 @@
 //! - **Kafka's tools read our files**: DumpLogSegments prints for our
 //!   `.log`, `.index` and `.timeindex` what it prints for the leader's
 //!   (positions and segment bases aside), with its index sanity check.
-//! - **Kafka's clients read our listener**: the Java consumer reads at both
-//!   isolation levels what it reads at the source.
+//! - **Kafka's clients and tools use our listener**: the Java consumer
+//!   reads at both isolation levels what it reads at the source;
+//!   kafka-topics, kafka-get-offsets, kafka-configs, kafka-consumer-groups,
+//!   kafka-acls, kafka-broker-api-versions and kafka-log-dirs work against
+//!   the agent and agree with Kafka where both answer.
 //!
 //! One cluster serves every test of this binary; each test has topics and
 //! an agent of its own.
@@ -372,6 +375,146 @@ fn kafka_java_consumer_reads_our_listener_as_it_reads_the_source() {
             here, at_source,
             "{isolation}: the Java consumer at our listener vs at Kafka"
         );
+    }
+    agent.stop().expect("clean stop");
+}
+
+/// Kafka's tool `class` run against `bootstrap` with `args`.
+fn kafka_tool(class: &str, bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    tool(class, &all)
+}
+
+const TOPIC_COMMAND: &str = "org.apache.kafka.tools.TopicCommand";
+const GET_OFFSETS: &str = "org.apache.kafka.tools.GetOffsetShell";
+const GROUPS_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+const CONFIG_COMMAND: &str = "kafka.admin.ConfigCommand";
+const ACL_COMMAND: &str = "org.apache.kafka.tools.AclCommand";
+const API_VERSIONS_COMMAND: &str = "org.apache.kafka.tools.BrokerApiVersionsCommand";
+const LOG_DIRS_COMMAND: &str = "org.apache.kafka.tools.LogDirsCommand";
+
+#[test]
+fn kafka_cli_tools_work_against_the_agent() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic(
+        "tooled",
+        3,
+        &[("retention.ms", "7200000"), ("cleanup.policy", "delete")],
+    );
+    produce("tooled", &["--count", "90", "--batch"]);
+    driver(
+        "commit-offsets",
+        &c.bootstrap,
+        &[
+            "--group",
+            "tool-readers",
+            "--topic",
+            "tooled",
+            "--offset",
+            "0=5",
+            "--offset",
+            "2=11",
+        ],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["tooled"]);
+    wait_caught_up(&agent, "tooled", 3);
+    let ours = agent.listener_addr().expect("listening").to_string();
+
+    // kafka-topics: the same topic id and partitions.
+    let described = kafka_tool(TOPIC_COMMAND, &ours, &["--describe", "--topic", "tooled"]);
+    let at_kafka = kafka_tool(TOPIC_COMMAND, &c.bootstrap, &["--describe", "--topic", "tooled"]);
+    let topic_id = |text: &str| {
+        text.split_whitespace()
+            .skip_while(|w| *w != "TopicId:")
+            .nth(1)
+            .map(str::to_owned)
+    };
+    assert_eq!(topic_id(&described), topic_id(&at_kafka), "{described}");
+    assert_eq!(
+        described.lines().filter(|l| l.contains("Partition:")).count(),
+        3,
+        "{described}"
+    );
+
+    // kafka-get-offsets: latest and earliest as at Kafka.
+    for time in ["-1", "-2"] {
+        let args = ["--topic", "tooled", "--time", time];
+        let mut here: Vec<String> = kafka_tool(GET_OFFSETS, &ours, &args)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let mut there: Vec<String> = kafka_tool(GET_OFFSETS, &c.bootstrap, &args)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        here.sort();
+        there.sort();
+        assert_eq!(here, there, "kafka-get-offsets --time {time}");
+    }
+
+    // kafka-configs: the synced overrides.
+    common::wait_until(DEADLINE, "retention.ms synced", || {
+        let text = kafka_tool(
+            CONFIG_COMMAND,
+            &ours,
+            &["--describe", "--entity-type", "topics", "--entity-name", "tooled"],
+        );
+        if text.contains("retention.ms=7200000") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    });
+
+    // kafka-consumer-groups: the group synced from Kafka, at its offsets.
+    common::wait_until(DEADLINE, "tool-readers listed", || {
+        let text = kafka_tool(GROUPS_COMMAND, &ours, &["--list"]);
+        if text.lines().any(|l| l.trim() == "tool-readers") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    });
+    let groups = common::wait_until(DEADLINE, "tool-readers described at its offsets", || {
+        let text = kafka_tool(GROUPS_COMMAND, &ours, &["--describe", "--group", "tool-readers"]);
+        let offsets: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() > 4 && f[1] == "tooled").then(|| (f[2].to_owned(), f[3].to_owned()))
+            })
+            .collect();
+        if offsets == BTreeMap::from([("0".into(), "5".into()), ("2".into(), "11".into())]) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    });
+    assert!(groups.contains("tool-readers"), "{groups}");
+
+    // kafka-acls: lists (none here).
+    let acls = kafka_tool(ACL_COMMAND, &ours, &["--list"]);
+    assert!(!acls.contains("Error"), "{acls}");
+
+    // kafka-broker-api-versions: our node and the APIs we serve.
+    let versions = kafka_tool(API_VERSIONS_COMMAND, &ours, &[]);
+    assert!(versions.contains("Fetch(1): 4 to 16"), "{versions}");
+
+    // kafka-log-dirs: our data dir, with the partitions' sizes.
+    let dirs = kafka_tool(LOG_DIRS_COMMAND, &ours, &["--describe", "--topic-list", "tooled"]);
+    for p in 0..3 {
+        let key = format!("\"partition\":\"tooled-{p}\",\"size\":");
+        let size: u64 = dirs
+            .split(&key)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no size of tooled-{p} in {dirs}"));
+        assert!(size > 0, "tooled-{p} holds records: {dirs}");
     }
     agent.stop().expect("clean stop");
 }

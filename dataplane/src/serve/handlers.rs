@@ -1,5 +1,6 @@
 //! Answers to every request except Fetch (see `fetch.rs`): ApiVersions,
-//! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster,
+//! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeLogDirs
+//! (`log_dirs.rs`),
 //! DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (answered by
 //! `acls.rs`), DescribeClusterMirrors; Produce,
 //! CreateTopics and InitProducerId are in `write.rs`. Partition facts come
@@ -35,6 +36,7 @@ use super::acls::{AclOperation, ResourceType};
 use super::catalog::Catalog;
 use super::fetch;
 use super::listener::ClientConnection;
+use super::log_dirs;
 use super::mirror_reports::{MirrorReport, MirrorReports};
 use super::registry::{PartitionFn, ServedPartition};
 use super::request::{Request, SUPPORTED_APIS, ServedApi};
@@ -127,6 +129,10 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::DescribeCluster(r) => {
             let body = describe_cluster(&conn.catalog.get(), &r);
             conn.respond(ApiKey::DescribeCluster, version, id, &body).await
+        }
+        Request::DescribeLogDirs(r) => {
+            let body = log_dirs::describe_log_dirs(conn, r).await;
+            conn.respond(ApiKey::DescribeLogDirs, version, id, &body).await
         }
         Request::DescribeConfigs(r) => {
             let body = describe_configs(conn, r).await;
@@ -492,7 +498,7 @@ fn lookup_offset(p: &ServedPartition, log: &PartitionLog, q: &OffsetQuery) -> (i
 /// on its owning shard and builds each partition's answer with `answer`
 /// (given `None` for a partition this agent does not serve). Returns the
 /// answers per topic, in request order.
-async fn per_partition<T, P, Q, R, O>(
+pub(super) async fn per_partition<T, P, Q, R, O>(
     conn: &mut ClientConnection,
     topics: &[T],
     partitions: impl Fn(&T) -> (&str, &[P]),

@@ -24,6 +24,7 @@ mod fetch;
 pub mod groups;
 mod handlers;
 pub mod listener;
+mod log_dirs;
 pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;

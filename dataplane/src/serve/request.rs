@@ -12,8 +12,9 @@ use std::panic::AssertUnwindSafe;
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
-    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
+    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest, FetchRequest,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -52,6 +53,7 @@ pub enum ServedApi {
     DescribeConfigs = ApiKey::DescribeConfigs as i16,
     CreatePartitions = ApiKey::CreatePartitions as i16,
     DescribeCluster = ApiKey::DescribeCluster as i16,
+    DescribeLogDirs = ApiKey::DescribeLogDirs as i16,
     ShareGroupDescribe = ApiKey::ShareGroupDescribe as i16,
     DescribeShareGroupOffsets = ApiKey::DescribeShareGroupOffsets as i16,
     AlterShareGroupOffsets = ApiKey::AlterShareGroupOffsets as i16,
@@ -114,6 +116,7 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::ApiVersions, 0, 3),
     (ServedApi::OffsetForLeaderEpoch, 2, 4),
     (ServedApi::DescribeCluster, 0, 1),
+    (ServedApi::DescribeLogDirs, 1, 4),
     (ServedApi::CreateTopics, 2, 7),
     (ServedApi::CreatePartitions, 0, 3),
     (ServedApi::InitProducerId, 0, 4),
@@ -162,6 +165,7 @@ pub enum Request {
     ListOffsets(ListOffsetsRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     DescribeCluster(DescribeClusterRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     DescribeAcls(DescribeAclsRequest),
     CreateAcls(CreateAclsRequest),
@@ -272,6 +276,7 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::ListOffsets => Request::ListOffsets(decode(body, version).map_err(malformed)?),
         ApiKey::OffsetForLeaderEpoch => Request::OffsetForLeaderEpoch(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeCluster => Request::DescribeCluster(decode(body, version).map_err(malformed)?),
+        ApiKey::DescribeLogDirs => Request::DescribeLogDirs(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeConfigs => Request::DescribeConfigs(decode(body, version).map_err(malformed)?),
         ApiKey::DescribeAcls => Request::DescribeAcls(decode(body, version).map_err(malformed)?),
         ApiKey::CreateAcls => Request::CreateAcls(decode(body, version).map_err(malformed)?),
@@ -453,6 +458,7 @@ mod tests {
             ServedApi::ApiVersions => frame(api, version, &ApiVersionsRequest::default()),
             ServedApi::OffsetForLeaderEpoch => frame(api, version, &OffsetForLeaderEpochRequest::default()),
             ServedApi::DescribeCluster => frame(api, version, &DescribeClusterRequest::default()),
+            ServedApi::DescribeLogDirs => frame(api, version, &km::DescribeLogDirsRequest::default()),
             ServedApi::CreateTopics => frame(api, version, &CreateTopicsRequest::default()),
             ServedApi::CreatePartitions => frame(api, version, &CreatePartitionsRequest::default()),
             ServedApi::InitProducerId => frame(api, version, &InitProducerIdRequest::default()),
