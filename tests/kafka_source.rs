@@ -54,14 +54,23 @@ fn cluster() -> &'static KafkaCluster {
             .with("log.segment.bytes", &SEGMENT_BYTES.to_string())
             .with("message.max.bytes", "16777216")
             .with("replica.fetch.max.bytes", "16777216")
+            // The cleaner and retention act within a test's time.
+            .with("log.cleaner.backoff.ms", "300")
+            .with("log.retention.check.interval.ms", "500")
+            .with("log.segment.delete.delay.ms", "0")
     })
 }
 
-/// Produces with the Java driver; returns the offsets it was told.
+/// Produces to the cluster with the Java driver; returns the offsets it was told.
 fn produce(topic: &str, args: &[&str]) -> Vec<(i32, i64)> {
+    produce_at(&cluster().bootstrap, topic, args)
+}
+
+/// [`produce`] to `bootstrap`.
+fn produce_at(bootstrap: &str, topic: &str, args: &[&str]) -> Vec<(i32, i64)> {
     let mut all = vec!["--topic", topic];
     all.extend_from_slice(args);
-    driver("produce", &cluster().bootstrap, &all)
+    driver("produce", bootstrap, &all)
         .iter()
         .filter_map(|l| l.strip_prefix("produced "))
         .map(|l| {
@@ -516,5 +525,266 @@ fn kafka_cli_tools_work_against_the_agent() {
             .unwrap_or_else(|| panic!("no size of tooled-{p} in {dirs}"));
         assert!(size > 0, "tooled-{p} holds records: {dirs}");
     }
+    agent.stop().expect("clean stop");
+}
+
+/// Waits until every partition of `topic` has ended mirroring (failover);
+/// returns each one's log end after the markers.
+fn wait_failed_over(agent: &Agent, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    common::wait_until(DEADLINE, "mirroring ended", || {
+        let status = agent.status();
+        let ended: BTreeMap<i32, i64> = (0..partitions)
+            .filter_map(|p| {
+                let s = status.get(&("dr".to_string(), TopicPartition::new(topic, p)))?;
+                Some((p, s.mirroring_ended?.0))
+            })
+            .collect();
+        if ended.len() == partitions as usize {
+            Ok(ended)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+}
+
+#[test]
+fn after_failover_kafka_clients_write_and_an_open_transaction_no_longer_holds_readers() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("failover", 1, &[]);
+    produce(
+        "failover",
+        &["--transactional", "tx-f1", "--txn", "commit", "--count", "20"],
+    );
+    // A transaction the source never finishes while we mirror: its producer
+    // halts with it open (its timeout far away).
+    produce(
+        "failover",
+        &[
+            "--transactional",
+            "tx-open",
+            "--txn",
+            "open",
+            "--count",
+            "7",
+            "--prop",
+            "transaction.timeout.ms=900000",
+        ],
+    );
+    let at_kafka = consume(&c.bootstrap, "failover", "read_committed");
+    assert_eq!(
+        at_kafka.len(),
+        20,
+        "Kafka's READ_COMMITTED readers stop at the open transaction"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["failover"]);
+    let ends = wait_caught_up(&agent, "failover", 1);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    assert_eq!(
+        consume(&ours, "failover", "read_committed"),
+        at_kafka,
+        "before failover, as at Kafka"
+    );
+
+    agent.end_mirroring("dr", "failover").expect("mirror stop");
+    let ended = wait_failed_over(&agent, "failover", 1);
+    assert_eq!(
+        ended[&0],
+        ends[&0] + 2,
+        "an ABORT marker for the open transaction, then MIRROR_PID_RESET"
+    );
+
+    // Kafka's idempotent producer writes to the failed-over topic, after
+    // the markers …
+    let written = produce_at(&ours, "failover", &["--count", "15", "--idempotent", "--batch"]);
+    let offsets: Vec<i64> = written.iter().map(|&(_, o)| o).collect();
+    assert_eq!(
+        offsets,
+        (ended[&0]..ended[&0] + 15).collect::<Vec<_>>(),
+        "offsets the agent assigned"
+    );
+    // … and READ_COMMITTED readers are no longer held by the open
+    // transaction: they read the committed records and the new ones, never
+    // the aborted ones; READ_UNCOMMITTED readers read everything.
+    let committed = consume(&ours, "failover", "read_committed");
+    assert_eq!(committed.len(), 20 + 15, "{committed:#?}");
+    assert_eq!(committed[..20], at_kafka[..]);
+    let open_offsets = ends[&0] - 7..ends[&0];
+    assert!(
+        committed.iter().all(|l| !open_offsets.contains(&record_offset(l))),
+        "records of the aborted transaction are not read committed"
+    );
+    assert_eq!(consume(&ours, "failover", "read_uncommitted").len(), 20 + 7 + 15);
+    agent.stop().expect("clean stop");
+}
+
+/// The offset of a `record <partition> <offset> …` line of the driver.
+fn record_offset(line: &str) -> i64 {
+    line.split(' ')
+        .nth(2)
+        .and_then(|o| o.parse().ok())
+        .expect("record offset")
+}
+
+/// Our log start offset of `topic`-`partition` at our listener (ListOffsets earliest).
+fn log_start_at(bootstrap: &str, topic: &str, partition: i32) -> i64 {
+    let text = kafka_tool(
+        GET_OFFSETS,
+        bootstrap,
+        &["--topic", topic, "--partitions", &partition.to_string(), "--time", "-2"],
+    );
+    text.trim()
+        .rsplit(':')
+        .next()
+        .and_then(|o| o.parse().ok())
+        .unwrap_or_else(|| panic!("kafka-get-offsets answered {text}"))
+}
+
+#[test]
+fn a_topic_compacted_by_kafkas_cleaner_is_mirrored_as_kafka_serves_it() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic(
+        "compacted",
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "300"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "0"),
+            ("min.compaction.lag.ms", "0"),
+        ],
+    );
+    // Overwritten keys, tombstones (every third value null), an aborted
+    // transaction; each round rolls the segment before (segment.ms).
+    for round in 0..4 {
+        let prefix = format!("r{round}-");
+        produce(
+            "compacted",
+            &[
+                "--count",
+                "60",
+                "--keys",
+                "12",
+                "--null-values",
+                "--batch",
+                "--key-prefix",
+                "k",
+                "--value-bytes",
+                "40",
+            ],
+        );
+        if round == 1 {
+            produce(
+                "compacted",
+                &[
+                    "--transactional",
+                    "tx-compact",
+                    "--txn",
+                    "abort",
+                    "--count",
+                    "10",
+                    "--key-prefix",
+                    &prefix,
+                ],
+            );
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    produce("compacted", &["--count", "1", "--key-prefix", "roll"]);
+    // Kafka's cleaner has run once the source holds fewer records than written.
+    let written = 4 * 60 + 10 + 1;
+    common::wait_until(DEADLINE, "Kafka's cleaner compacted the topic", || {
+        let read = consume(&c.bootstrap, "compacted", "read_uncommitted").len();
+        if read < written / 2 {
+            Ok(())
+        } else {
+            Err(format!("{read} of {written} records still there"))
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let agent = mirror(&data, &["compacted"]);
+    wait_caught_up(&agent, "compacted", 1);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    // A consumer reads here what it reads at Kafka: the same records at the
+    // same offsets (the cleaner's gaps kept), so the latest value per key too.
+    for isolation in ["read_uncommitted", "read_committed"] {
+        let there = consume(&c.bootstrap, "compacted", isolation);
+        let here = consume(&ours, "compacted", isolation);
+        assert_eq!(here, there, "{isolation}");
+    }
+    agent.stop().expect("clean stop");
+    let tp = TopicPartition::new("compacted", 0);
+    let both = common::assert_mirrors_source(&data, &c.bootstrap, std::slice::from_ref(&tp));
+    let offsets: Vec<i64> = both[&tp].1.batches.iter().map(|(o, _)| *o).collect();
+    assert!(
+        offsets.windows(2).any(|w| {
+            let first = common::batch_view(&both[&tp].1.batches[offsets.iter().position(|o| *o == w[0]).unwrap()].1);
+            first.next_offset() < w[1]
+        }),
+        "the cleaner's gaps are in our log: {offsets:?}"
+    );
+}
+
+#[test]
+fn delete_records_and_retention_at_kafka_move_our_log_start() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("retained", 1, &[("segment.ms", "200")]);
+    // Several segments (each round rolls the last one).
+    for _ in 0..3 {
+        produce("retained", &["--count", "100", "--value-bytes", "200", "--batch"]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["retained"]);
+    let ends = wait_caught_up(&agent, "retained", 1);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    assert_eq!(log_start_at(&ours, "retained", 0), 0);
+
+    // DeleteRecords at Kafka …
+    let low = driver(
+        "delete-records",
+        &c.bootstrap,
+        &["--topic", "retained", "--partition", "0", "--before", "120"],
+    );
+    assert_eq!(low, ["low 120"]);
+    // … reaches us with the next Fetch answer's log start offset.
+    produce("retained", &["--count", "5"]);
+    common::wait_until(DEADLINE, "our log start at 120", || {
+        match log_start_at(&ours, "retained", 0) {
+            120 => Ok(()),
+            other => Err(format!("log start {other}")),
+        }
+    });
+
+    // retention.ms: Kafka deletes the old segments, and our log start follows.
+    driver(
+        "alter-configs",
+        &c.bootstrap,
+        &["--topic", "retained", "--set", "retention.ms=1000"],
+    );
+    let kafka_start = common::wait_until(DEADLINE, "Kafka's retention deleted old segments", || {
+        std::thread::sleep(Duration::from_millis(300));
+        produce("retained", &["--count", "3"]);
+        let start = log_start_at(&c.bootstrap, "retained", 0);
+        if start > ends[&0] {
+            Ok(start)
+        } else {
+            Err(format!("Kafka's log start {start}"))
+        }
+    });
+    common::wait_until(DEADLINE, "our log start follows Kafka's", || {
+        let here = log_start_at(&ours, "retained", 0);
+        if here >= kafka_start {
+            Ok(())
+        } else {
+            Err(format!("ours {here}, Kafka's {kafka_start}"))
+        }
+    });
     agent.stop().expect("clean stop");
 }

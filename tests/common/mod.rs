@@ -581,11 +581,13 @@ fn try_source_partition_log(broker: &str, topic: &str, partition: i32) -> std::i
             again.log_start_offset, again.error_code
         )));
     }
+    // A compacted log may have lost its first records to the cleaner (the
+    // first batch above the log start); nothing lies below the log start.
     if let Some((first, _)) = batches.first()
-        && *first != log_start_offset
+        && *first < log_start_offset
     {
         return Err(std::io::Error::other(format!(
-            "first batch at {first}, log start {log_start_offset}"
+            "first batch at {first}, below the log start {log_start_offset}"
         )));
     }
     Ok(SourcePartitionLog {

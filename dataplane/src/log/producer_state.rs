@@ -48,12 +48,19 @@ pub(crate) struct BatchFacts {
     pub last_sequence: i32,
     pub last_offset_delta: i32,
     pub transactional: bool,
+    pub is_control: bool,
+    /// The control record of a control batch, `None` for an empty (cleaned)
+    /// or unreadable one.
     pub control: Option<ControlRecord>,
 }
 
 impl BatchFacts {
     pub(crate) fn of<B: AsRef<[u8]>>(batch: &RecordBatch<B>) -> Self {
-        let control = if batch.is_control() {
+        let control = if batch.is_control() && batch.records_count() == 0 {
+            // Kafka's cleaner leaves an empty control batch once the whole
+            // transaction is cleaned from the log.
+            None
+        } else if batch.is_control() {
             match ControlRecord::decode(batch) {
                 Ok(record) => Some(record),
                 Err(e) => {
@@ -74,6 +81,7 @@ impl BatchFacts {
             last_sequence: batch.last_sequence(),
             last_offset_delta: batch.last_offset_delta(),
             transactional: batch.is_transactional(),
+            is_control: batch.is_control(),
             control,
         }
     }
@@ -151,7 +159,10 @@ impl ProducerState {
             self.clear();
             return None;
         }
-        if b.producer_id == NO_PRODUCER_ID {
+        // A control batch without a readable marker changes nothing (Kafka's
+        // ProducerAppendInfo.append skips an empty one): above all it never
+        // opens a transaction.
+        if b.producer_id == NO_PRODUCER_ID || (b.is_control && b.control.is_none()) {
             return None;
         }
         let entry = self.producers.entry(b.producer_id).or_insert(ProducerEntry {
@@ -324,6 +335,7 @@ mod tests {
             last_sequence: (last - base) as i32,
             last_offset_delta: (last - base) as i32,
             transactional: txn,
+            is_control: control.is_some(),
             control: control.map(|t| ControlRecord {
                 key_version: 0,
                 control_type: t,
@@ -399,5 +411,15 @@ mod tests {
         t.apply(&facts(0, 4, 1, true, None));
         t.apply(&facts(5, 5, 1, true, Some(ControlType::Commit)));
         assert_eq!(t.producer(1).unwrap().last_sequence, 4);
+    }
+
+    #[test]
+    fn an_empty_control_batch_left_by_kafkas_cleaner_opens_no_transaction() {
+        let mut s = ProducerState::default();
+        let mut cleaned_marker = facts(130, 130, 7, true, None);
+        cleaned_marker.is_control = true;
+        assert_eq!(s.apply(&cleaned_marker), None);
+        assert_eq!(s.first_unstable_offset(), None, "the last stable offset is not held");
+        assert_eq!(s.producer(7), None, "Kafka keeps no state for it either");
     }
 }
