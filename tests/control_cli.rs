@@ -1215,84 +1215,296 @@ fn servers_of_another_cluster_are_not_fetched_from() {
     agent.terminate();
 }
 
-/// A full disk: the partition that cannot append goes FAILED with the
-/// disk's error and keeps serving every batch it had (byte-identical to
-/// the source's); the agent goes on (admin API, listener); once space is
-/// freed, the retries carry on mirroring from the log end, and the result
-/// is the source's log, byte for byte, with no gap or duplicate.
-#[test]
-fn a_full_disk_fails_the_partition_and_mirroring_resumes_once_space_is_freed() {
-    const TOPIC: &str = "fill";
-    const RECORDS: usize = 3000;
-    let source = Source::start(1);
-    source.mock().create_topic(TOPIC, 1, 1).expect("source topic");
-    let dir = tempfile::tempdir().unwrap();
-    let mount = dir.path().join("disk");
-    std::fs::create_dir(&mount).unwrap();
-    let config = write_agent_config(dir.path(), &mount.join("data"));
-    // 32 MiB, 27 MiB of it ballast: the agent's state (~3 MiB) and about
-    // 2 MiB of the 3 MB of records fit.
-    let mut agent =
-        AgentProcess::start_on_small_disk(&config, dir.path().join("agent.log"), &mount, 32 << 10, 27 << 10);
-    agent.create_mirror(&source.bootstrap, TOPIC, &["--fetch-max-wait-ms", "50"]);
+// ---------------------------------------------------------------------------
+// A DR copy on a small disk, and what happens to it in PREPARING
+// ---------------------------------------------------------------------------
+
+/// The topic the small-disk tests fill.
+const FILL: &str = "fill";
+/// A second topic of the mirror (a mirror names at least one).
+const KEEP: &str = "keep";
+/// The first segment of `fill-0`, which stays the same file when the copy is kept.
+const FIRST_SEGMENT: &str = "00000000000000000000.log";
+
+/// An agent whose data directory is on a tmpfs of its own, 32 MiB with 27
+/// MiB of it ballast: its state (~3 MiB) and about 2 MiB of records fit.
+struct SmallDisk {
+    agent: AgentProcess,
+    /// Where the tmpfs is mounted (in the agent's mount namespace).
+    mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = dir.path().join("disk");
+        std::fs::create_dir(&mount).unwrap();
+        let config = write_agent_config(dir.path(), &mount.join("data"));
+        let agent =
+            AgentProcess::start_on_small_disk(&config, dir.path().join("agent.log"), &mount, 32 << 10, 27 << 10);
+        Self {
+            agent,
+            mount,
+            _dir: dir,
+        }
+    }
+
+    /// `path` under the mount, as seen from outside the agent's mount namespace.
+    fn outside(&mut self, path: &str) -> PathBuf {
+        let pid = self.agent.child.child().id();
+        PathBuf::from(format!("/proc/{pid}/root"))
+            .join(self.mount.strip_prefix("/").unwrap())
+            .join(path)
+    }
+
+    /// The inode of `fill-0`'s first segment file.
+    fn first_segment_inode(&mut self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.outside(&format!("data/{FILL}-0/{FIRST_SEGMENT}"));
+        std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .ino()
+    }
+
+    /// Produces to `fill` at `source` until `fill-0` goes FAILED on the
+    /// full disk; returns what the agent kept serving.
+    fn fill_until_failed(&mut self, source: &str) -> Vec<(i64, Vec<u8>)> {
+        produce_filler(source, FILL, 0..3000);
+        let failed = self.agent.wait_status("the partition to fail on the full disk", |s| {
+            s.state(FILL, 0) == Some("FAILED")
+        });
+        let error = failed.of(FILL, 0).error.clone().unwrap_or_default();
+        assert!(
+            error.contains("No space left on device"),
+            "FAILED with {error:?}, not the disk's error"
+        );
+        let kept = served_batches(&self.agent.listener, FILL);
+        let all = served_batches(source, FILL);
+        assert!(
+            !kept.is_empty() && kept.len() < all.len(),
+            "kept {} of {} batches",
+            kept.len(),
+            all.len()
+        );
+        assert!(
+            all.starts_with(&kept),
+            "the batches served while the disk is full are not the source's prefix"
+        );
+        kept
+    }
+
+    /// Frees the space, from outside the agent's mount namespace.
+    fn free_space(&mut self) {
+        let ballast = self.outside("ballast");
+        std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
+    }
+
+    /// Waits until `fill-0` is MIRRORING at `source`'s log end, then checks
+    /// that the copy was kept: its first segment is still the file
+    /// `inode`, `ringmirror_partition_truncations_total` is 0, the bytes
+    /// mirrored (since the partition was last added) are `expected_bytes`
+    /// — nothing was fetched twice — and it is `source`'s log, byte for byte.
+    fn assert_kept(&mut self, what: &str, source: &str, inode: u64, expected_bytes: u64) {
+        let ends = BTreeMap::from([(0, latest_offset(source, FILL, 0))]);
+        self.agent
+            .wait_status(&format!("mirroring to catch up after {what}"), |s| {
+                s.caught_up(FILL, &ends) && s.all_in(FILL, 1, "MIRRORING")
+            });
+        assert_eq!(
+            self.first_segment_inode(),
+            inode,
+            "{what}: the first segment is another file"
+        );
+        assert_eq!(
+            partition_metric(&self.agent, "ringmirror_partition_truncations_total", FILL),
+            0,
+            "{what}: the log was truncated"
+        );
+        assert_eq!(
+            partition_metric(&self.agent, "ringmirror_partition_bytes_mirrored_total", FILL),
+            expected_bytes,
+            "{what}: bytes fetched and appended"
+        );
+        let mirrored = served_batches(&self.agent.listener, FILL);
+        let all = served_batches(source, FILL);
+        assert_eq!(mirrored.len(), all.len(), "{what}: batch count");
+        assert!(
+            mirrored == all,
+            "{what}: the mirrored log is not the source's, byte for byte"
+        );
+    }
+}
+
+/// Produces a record `k<i>` with a 1000-byte value for every `i` of
+/// `range` to `topic`-0 of `bootstrap`, flushing every 100.
+fn produce_filler(bootstrap: &str, topic: &str, range: std::ops::Range<usize>) {
     let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &source.bootstrap)
+        .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
         .create()
         .expect("producer");
     let value = vec![b'v'; 1000];
-    for i in 0..RECORDS {
+    for i in range {
         let key = format!("k{i}");
         producer
-            .send(BaseRecord::to(TOPIC).partition(0).key(&key).payload(&value))
+            .send(BaseRecord::to(topic).partition(0).key(&key).payload(&value))
             .unwrap_or_else(|(e, _)| panic!("queue record {i}: {e}"));
         if i % 100 == 99 {
             producer.flush(DEADLINE).expect("flush");
         }
     }
     producer.flush(DEADLINE).expect("flush");
-    let failed = agent.wait_status("the partition to fail on the full disk", |s| {
-        s.state(TOPIC, 0) == Some("FAILED")
-    });
-    let error = failed.of(TOPIC, 0).error.clone().unwrap_or_default();
-    assert!(
-        error.contains("No space left on device"),
-        "FAILED with {error:?}, not the disk's error"
-    );
-    // Every batch `addr` serves, as stored (offset, bytes).
-    let batches_at = |addr: &str| {
-        let (responses, _) = connect(addr)
-            .fetch_all(TOPIC, 0, 0, 10_000)
-            .unwrap_or_else(|e| panic!("fetch from {addr}: {e}"));
-        responses.into_iter().flatten().collect::<Vec<_>>()
-    };
-    let kept = batches_at(&agent.listener);
-    let all = batches_at(&source.bootstrap);
-    assert!(
-        !kept.is_empty() && kept.len() < all.len(),
-        "kept {} of {} batches",
-        kept.len(),
-        all.len()
-    );
-    assert!(
-        all.starts_with(&kept),
-        "the batches served while the disk is full are not the source's prefix"
-    );
-    // Free the space, from outside the agent's mount namespace.
-    let pid = agent.child.child().id();
-    let ballast = PathBuf::from(format!("/proc/{pid}/root"))
-        .join(mount.strip_prefix("/").unwrap())
-        .join("ballast");
-    std::fs::remove_file(&ballast).unwrap_or_else(|e| panic!("remove {}: {e}", ballast.display()));
-    let ends = source.ends(TOPIC, 1);
-    agent.wait_status("mirroring to resume and catch up", |s| {
-        s.caught_up(TOPIC, &ends) && s.all_in(TOPIC, 1, "MIRRORING")
-    });
-    let mirrored = batches_at(&agent.listener);
-    assert_eq!(mirrored.len(), all.len(), "batch count");
-    assert!(mirrored == all, "the mirrored log is not the source's, byte for byte");
-    let log = agent.terminate();
+}
+
+/// Every batch `addr` serves of `topic`-0, as stored (offset, bytes).
+fn served_batches(addr: &str, topic: &str) -> Vec<(i64, Vec<u8>)> {
+    let (responses, _) = connect(addr)
+        .fetch_all(topic, 0, 0, 10_000)
+        .unwrap_or_else(|e| panic!("fetch from {addr}: {e}"));
+    responses.into_iter().flatten().collect()
+}
+
+/// Bytes of the batches of `batches` from offset `from` on.
+fn bytes_from(batches: &[(i64, Vec<u8>)], from: i64) -> u64 {
+    batches
+        .iter()
+        .filter(|(base, _)| *base >= from)
+        .map(|(_, b)| b.len() as u64)
+        .sum()
+}
+
+/// The value of partition metric `name` of mirror `dr`'s `topic`-0 in the
+/// agent's `/metrics`.
+fn partition_metric(agent: &AgentProcess, name: &str, topic: &str) -> u64 {
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(IO_TIMEOUT))
+        .build()
+        .into();
+    let text = http
+        .get(format!("{}/metrics", agent.admin))
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string())
+        .unwrap_or_else(|e| panic!("GET /metrics: {e}"));
+    let series = format!(r#"{name}{{mirror="dr",topic="{topic}",partition="0"}} "#);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{text}"))
+}
+
+/// How often the agent has logged that a partition is no longer mirrored.
+fn removals_logged(agent: &AgentProcess) -> usize {
+    agent.log().matches("partition no longer mirrored").count()
+}
+
+/// A full disk: the partition that cannot append goes FAILED with the
+/// disk's error and keeps serving every batch it had (byte-identical to
+/// the source's); the agent goes on (admin API, listener); once space is
+/// freed, the retries carry on mirroring from the log end, and the result
+/// is the source's log, byte for byte, with no gap or duplicate. The
+/// automatic retry goes through PREPARING, where the mock answers no last
+/// mirror epoch (-1): the copy is kept all the same — the same first
+/// segment file, no truncation, only the new batches fetched.
+#[test]
+fn a_full_disk_fails_the_partition_and_mirroring_resumes_once_space_is_freed() {
+    let source = Source::start(1);
+    source.mock().create_topic(FILL, 1, 1).expect("source topic");
+    let mut disk = SmallDisk::start();
+    disk.agent
+        .create_mirror(&source.bootstrap, FILL, &["--fetch-max-wait-ms", "50"]);
+    disk.fill_until_failed(&source.bootstrap);
+    let inode = disk.first_segment_inode();
+    disk.free_space();
+    // Counted since the partition was added: every batch once.
+    let all = served_batches(&source.bootstrap, FILL);
+    disk.assert_kept("the automatic retry", &source.bootstrap, inode, bytes_from(&all, 0));
+    let log = disk.agent.terminate();
     assert!(log.contains("No space left on device"), "the full disk was not logged");
+}
+
+/// Every operator path back through PREPARING keeps a DR copy whose
+/// source answers no last mirror epoch for it (-1): `mirror restart` of a
+/// partition FAILED on a full disk, `remove-topics` then `add-topics`, and
+/// `mirror delete` then `mirror create`. Each time the partition resumes
+/// at its log end — the same first segment file, no truncation, only the
+/// batches produced since fetched — and ends as the source's log, byte
+/// for byte. `source` serves topics `fill` and [`KEEP`] (one partition
+/// each; the mirror keeps naming `keep` when `fill` is removed).
+fn operator_paths_keep_the_dr_copy(source: &str) {
+    let mut disk = SmallDisk::start();
+    let quick = ["--fetch-max-wait-ms", "50"];
+    let topics = format!("{FILL},{KEEP}");
+    disk.agent.create_mirror(source, &topics, &quick);
+    disk.fill_until_failed(source);
+    // The automatic retries fail on the full disk too; after two, the next
+    // is seconds away, so the restart below is the operator's.
+    disk.agent.wait_status("two automatic retries to fail", |s| {
+        s.get(FILL, 0)
+            .is_some_and(|v| v.state == "FAILED" && v.retry_attempt >= 2)
+    });
+    let inode = disk.first_segment_inode();
+    disk.free_space();
+    disk.agent.cli_ok(&["mirror", "restart", "dr", FILL]);
+    let all = served_batches(source, FILL);
+    disk.assert_kept("mirror restart", source, inode, bytes_from(&all, 0));
+    assert_eq!(
+        Status(disk.agent.status()).of(FILL, 0).retry_attempt,
+        0,
+        "resumed by the restart, not an automatic retry"
+    );
+
+    // Caught up: the log ends where the source does.
+    let end = latest_offset(source, FILL, 0);
+    let removed = removals_logged(&disk.agent);
+    disk.agent.cli_ok(&["mirror", "remove-topics", "dr", FILL]);
+    common::wait_until(DEADLINE, "the shard to let the partition go", || {
+        (removals_logged(&disk.agent) > removed)
+            .then_some(())
+            .ok_or_else(|| disk.agent.log_tail())
+    });
+    produce_filler(source, FILL, 3000..3200);
+    disk.agent.cli_ok(&["mirror", "add-topics", "dr", FILL]);
+    let all = served_batches(source, FILL);
+    disk.assert_kept("remove-topics and add-topics", source, inode, bytes_from(&all, end));
+
+    // Caught up: the log ends where the source does.
+    let end = latest_offset(source, FILL, 0);
+    let removed = removals_logged(&disk.agent);
+    disk.agent.cli_ok(&["mirror", "delete", "dr"]);
+    common::wait_until(DEADLINE, "the shard to let the partition go", || {
+        (removals_logged(&disk.agent) > removed)
+            .then_some(())
+            .ok_or_else(|| disk.agent.log_tail())
+    });
+    produce_filler(source, FILL, 3200..3400);
+    disk.agent.create_mirror(source, &topics, &quick);
+    let all = served_batches(source, FILL);
+    disk.assert_kept("mirror delete and mirror create", source, inode, bytes_from(&all, end));
+    disk.agent.terminate();
+}
+
+#[test]
+fn operator_paths_keep_a_dr_copy_of_the_mock() {
+    let source = Source::start(1);
+    for topic in [FILL, KEEP] {
+        source.mock().create_topic(topic, 1, 1).expect("source topic");
+    }
+    operator_paths_keep_the_dr_copy(&source.bootstrap);
+}
+
+/// The same with another agent as the source: it answers
+/// DescribeClusterMirrors (API 99), with -1 for a topic of its own.
+#[test]
+fn operator_paths_keep_a_dr_copy_of_an_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), &dir.path().join("data"));
+    let source = AgentProcess::start(&config, dir.path().join("source.log"));
+    for topic in [FILL, KEEP] {
+        create_local_topic(&source.listener, topic, 1);
+    }
+    operator_paths_keep_the_dr_copy(&source.listener);
+    source.terminate();
 }
 
 /// The instant `GET /status` shows PAUSED, no Fetch may reach the source

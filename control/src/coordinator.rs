@@ -27,7 +27,7 @@ use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::{
     FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
 };
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::sasl::SaslClientConfig;
 use ringmirror_dataplane::serve::{CatalogHandle, MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
@@ -543,7 +543,9 @@ impl Core {
     }
 
     /// Places a partition on its shard: mirroring (or paused), at its
-    /// destination epoch, after LME truncation when `last_mirror_epoch` is given.
+    /// destination epoch, after LME truncation when `last_mirror_epoch` is
+    /// given. The shard is told the source (cluster id, source topic id):
+    /// a log holding only its batches, with nothing written here, is not cut.
     fn place(&mut self, key: &PartitionStateKey, last_mirror_epoch: Option<i32>, paused: bool) {
         let Some(m) = self.mirrors.get(&key.mirror) else {
             return;
@@ -561,6 +563,11 @@ impl Core {
             start: PartitionStart {
                 destination_epoch: p.record.destination_leader_epoch,
                 truncate_above_epoch: last_mirror_epoch,
+                source: m
+                    .record
+                    .source_cluster_id
+                    .as_deref()
+                    .and_then(|cluster_id| MirrorSource::new(cluster_id, key.topic_id)),
                 paused,
                 // Only a topic the operator named may take over a local
                 // topic (failback); a discovered one never does.

@@ -30,6 +30,8 @@ pub struct EndedMirroring {
 impl PartitionLog {
     /// Appends the markers that end mirroring at `leader_epoch`, and flushes.
     pub fn end_mirroring(&mut self, leader_epoch: i32, source_cluster_id: &str, now_ms: u64) -> Result<EndedMirroring> {
+        // Recorded before the first marker: the log is not only the source's any more.
+        self.note_local_write()?;
         let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let open: Vec<(i64, i16, i32)> = self
             .producer_state()

@@ -4,8 +4,10 @@
 //! A partition directory `<topic>-<partition>/` holds segments named by base
 //! offset (`<20 digits>.log`, `.index`, `.timeindex`, `.txnindex`), producer
 //! snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint`,
-//! `partition.metadata` and, once compacted, `cleaner-offset-checkpoint`
-//! (where the log cleaner got to). The data directory holds
+//! `partition.metadata`, once compacted, `cleaner-offset-checkpoint`
+//! (where the log cleaner got to) and, once mirrored or written,
+//! `mirror-source.checkpoint` (which source it holds, and whether anything
+//! was written here since: [`Provenance`]). The data directory holds
 //! `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and the
 //! clean-shutdown marker ([`LogDir`]).
 //!
@@ -28,6 +30,7 @@ mod log_dir;
 mod partition_log;
 mod produce;
 mod producer_state;
+mod provenance;
 mod segment;
 mod txn_index;
 
@@ -41,4 +44,5 @@ pub use log_dir::{LogDir, OffsetCheckpoints, TopicPartition};
 pub use partition_log::{AppendInfo, OpenOptions, PartitionLog, ReadSlice, RecoveryReport, TimestampOffset};
 pub use produce::{ProduceError, Produced};
 pub use producer_state::{ProducerEntry, ProducerState};
+pub use provenance::{MirrorSource, Provenance};
 pub use txn_index::AbortedTxn;

@@ -21,6 +21,7 @@ use super::epoch_cache::LeaderEpochCache;
 use super::error::{LogError, Result};
 use super::files::{LOG_SUFFIX, fsync_dir, list_offset_files, remove_if_exists};
 use super::producer_state::{BatchFacts, ProducerState};
+use super::provenance::Provenance;
 use super::segment::Segment;
 use super::txn_index::AbortedTxn;
 
@@ -136,6 +137,9 @@ pub struct PartitionLog {
     /// The log cleaner's first dirty offset (`cleaner-offset-checkpoint`):
     /// the log below it was cleaned. Within [log start, log end].
     pub(super) first_dirty_offset: i64,
+    /// Which source's batches the log holds, and whether anything was
+    /// written here since (`mirror-source.checkpoint`); `None`: not known.
+    pub(super) provenance: Option<Provenance>,
 }
 
 impl PartitionLog {
@@ -150,6 +154,7 @@ impl PartitionLog {
         super::cleaner::complete_interrupted_swaps(&dir)?;
         remove_strays(&dir)?;
         let epochs = LeaderEpochCache::load(dir.join(EPOCH_CHECKPOINT_FILE))?;
+        let provenance = super::provenance::load(&dir);
         let mut log = Self {
             dir,
             config: opts.config,
@@ -163,6 +168,7 @@ impl PartitionLog {
             unflushed_records: 0,
             last_flush_ms: opts.now_ms,
             first_dirty_offset: opts.log_start_offset.max(0),
+            provenance,
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -846,7 +852,8 @@ impl PartitionLog {
         self.epochs.persist()?;
         ProducerState::delete_snapshots(&self.dir, |o| o > self.next_offset)?;
         self.rebuild_producer_state(self.next_offset)?;
-        fsync_dir(&self.dir)
+        fsync_dir(&self.dir)?;
+        self.forget_truncated_local_writes()
     }
 
     /// LME truncation (KIP-1279's first convergence phase, before a mirror
@@ -889,7 +896,8 @@ impl PartitionLog {
         self.epochs.persist()?;
         self.first_dirty_offset = offset;
         super::cleaner_checkpoint::remove(&self.dir)?;
-        self.start_empty_at(offset)
+        self.start_empty_at(offset)?;
+        self.forget_truncated_local_writes()
     }
 
     /// Local retention (Kafka's delete policy): the oldest sealed segments

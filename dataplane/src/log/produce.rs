@@ -87,6 +87,7 @@ impl PartitionLog {
                 duplicate: true,
             });
         }
+        self.note_local_write()?;
         let base_offset = self.log_end_offset();
         batch[BASE_OFFSET].copy_from_slice(&base_offset.to_be_bytes());
         batch[PARTITION_LEADER_EPOCH].copy_from_slice(&leader_epoch.to_be_bytes());

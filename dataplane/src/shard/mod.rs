@@ -18,7 +18,7 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use crate::fetch::{
     MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, mirror_ended, run_mirror,
 };
-use crate::log::{EndedMirroring, LogConfig, LogDir, TopicPartition};
+use crate::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 use crate::serve::registry::{ending_mirror, is_local_partition};
 use crate::serve::{
     AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
@@ -113,7 +113,7 @@ pub enum ShardCommand {
 }
 
 /// How the control plane places a partition on its shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionStart {
     /// The destination leader epoch (DLE) clients are told; always above
     /// the source epochs of the batches mirrored (the fetcher stops at a
@@ -121,7 +121,12 @@ pub struct PartitionStart {
     pub destination_epoch: i32,
     /// LME truncation to run first (PREPARING), with the last mirror epoch
     /// the source answered; `None` when resuming a partition already mirroring.
+    /// A log holding only `source`'s batches is not cut (see
+    /// [`crate::log::PartitionLog::converge_for_mirror`]).
     pub truncate_above_epoch: Option<i32>,
+    /// The source the mirror appends from: its cluster id and the
+    /// partition's source topic id (`None`: one of them is not known).
+    pub source: Option<MirrorSource>,
     /// Placed without fetching (a PAUSED partition after a restart).
     pub paused: bool,
     /// The partition may be a local topic's (failback: mirroring back into
@@ -472,7 +477,7 @@ impl Shard {
                 .log
                 .try_borrow_mut()
                 .map_err(|_| "the partition's log is busy; LME truncation will be retried".to_string())?
-                .truncate_above_epoch(lme)
+                .converge_for_mirror(start.source.as_ref(), lme)
                 .map_err(|e| format!("LME truncation: {e}"))?,
             None => None,
         };
