@@ -2,7 +2,7 @@
 # Installs what ringmirror's tests need on a fresh Debian machine with the
 # Rust toolchain: a C toolchain for librdkafka (built from source by the
 # rdkafka crate), kcat, the Python Kafka clients the interop tests drive, and
-# the tansu broker, and Apache Kafka (broker, tools, clients) with our Java
+# the tansu broker, KafkaJS, and Apache Kafka (broker, tools, clients) with our Java
 # test driver from Maven Central.
 # Idempotent: installs only what is missing.
 set -euo pipefail
@@ -72,5 +72,19 @@ kafka_stamp="$kafka_dir/target/classpath.txt"
 if [ ! -f "$kafka_stamp" ] || [ -n "$(find "$kafka_dir/pom.xml" "$kafka_dir/src" -newer "$kafka_stamp" -print -quit)" ]; then
   echo "setup: resolving Apache Kafka and building the Java test driver (mvn, tests/kafka)"
   mvn -B -q -f "$kafka_dir/pom.xml" package
+fi
+# KafkaJS (npm): a client with its own protocol code, reading our listener in
+# tests/kafka_source.rs, with kafkajs-lz4 (whose lz4 package builds its native
+# part with node-gyp at install: the tarball ships macOS binaries).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing Node.js and npm"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -d tests/kafkajs/node_modules/kafkajs ] || [ tests/kafkajs/package-lock.json -nt tests/kafkajs/node_modules ]; then
+  echo "setup: installing KafkaJS (npm ci, tests/kafkajs)"
+  (cd tests/kafkajs && npm ci --no-audit --no-fund --silent)
 fi
 echo "setup: done"

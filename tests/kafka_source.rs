@@ -788,3 +788,77 @@ fn delete_records_and_retention_at_kafka_move_our_log_start() {
     });
     agent.stop().expect("clean stop");
 }
+
+/// What KafkaJS (`tests/kafkajs/read.js`, its own protocol code) reads from
+/// `topic` at `bootstrap`: the `record <partition> <offset>` lines, sorted.
+fn kafkajs_read(bootstrap: &str, topic: &str, isolation: &str) -> Vec<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafkajs/read.js");
+    let output = std::process::Command::new("node")
+        .arg(&script)
+        .args([bootstrap, topic, isolation, "3000", "60000"])
+        .output()
+        .expect("run node (scripts/setup.sh installs KafkaJS in tests/kafkajs)");
+    assert!(
+        output.status.success(),
+        "KafkaJS reader failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.starts_with("record "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `record <partition> <offset>` part of the Java driver's lines.
+fn positions(records: &[String]) -> Vec<String> {
+    records
+        .iter()
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn kafkajs_reads_interleaved_aborted_transactions_as_kafkas_java_consumer() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("interleaved", 1, &[]);
+    let lines = driver(
+        "interleaved-aborts",
+        &c.bootstrap,
+        &[
+            "--topic",
+            "interleaved",
+            "--rounds",
+            "4",
+            "--count",
+            "5",
+            "--codec",
+            "lz4",
+        ],
+    );
+    assert_eq!(lines, ["committed 20"]);
+    let java_at_kafka = positions(&consume(&c.bootstrap, "interleaved", "read_committed"));
+    assert_eq!(java_at_kafka.len(), 20);
+    // What Kafka 4.3 answers: the aborted transactions in `.txnindex` order
+    // (by marker), which KafkaJS walks as if by first offset — so at Kafka
+    // it delivers records of aborted transactions (every round's first
+    // transaction begins before and ends after the other).
+    let kafkajs_at_kafka = kafkajs_read(&c.bootstrap, "interleaved", "read_committed");
+    assert_eq!(kafkajs_at_kafka.len(), 40, "KafkaJS at Kafka: {kafkajs_at_kafka:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["interleaved"]);
+    wait_caught_up(&agent, "interleaved", 1);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    assert_eq!(
+        positions(&consume(&ours, "interleaved", "read_committed")),
+        java_at_kafka
+    );
+    // We answer them in first-offset order: KafkaJS reads what Kafka's own
+    // consumer reads.
+    let kafkajs_here = kafkajs_read(&ours, "interleaved", "read_committed");
+    assert_eq!(kafkajs_here, java_at_kafka, "KafkaJS at our listener");
+    assert_eq!(kafkajs_read(&ours, "interleaved", "read_uncommitted").len(), 4 * 27 - 8);
+    agent.stop().expect("clean stop");
+}

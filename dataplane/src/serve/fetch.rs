@@ -24,7 +24,7 @@ use super::handlers::{READ_COMMITTED, check_leader_epoch};
 use super::listener::ClientConnection;
 use super::registry::ServedPartition;
 use crate::client::error_codes as ec;
-use crate::log::{LogError, PartitionLog, TopicPartition};
+use crate::log::{AbortedTxn, LogError, PartitionLog, TopicPartition};
 use crate::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
 
 /// From this version on, requests name topics by id.
@@ -76,8 +76,9 @@ fn read_partition(p: &ServedPartition, log: &PartitionLog, q: &PartitionQuery) -
     match log.read_below(q.fetch_offset, q.max_bytes, upper) {
         Ok(slice) => {
             if q.read_committed {
-                let aborted = log.aborted_transactions(q.fetch_offset, slice.end_offset);
-                answer.aborted_transactions = Some(aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect());
+                answer.aborted_transactions = Some(aborted_in_first_offset_order(
+                    &log.aborted_transactions(q.fetch_offset, slice.end_offset),
+                ));
             }
             answer.records = Some(slice);
         }
@@ -424,4 +425,17 @@ pub async fn handle_fetch(
         w.end_topic();
     }
     conn.send_fetch_response(w.finish()).await
+}
+
+/// A Fetch answer's aborted transactions, (producer id, first offset), in
+/// first-offset order. `.txnindex` (ours and Kafka's, which answers in that
+/// order) keeps them by marker, so transactions that overlap and end in the
+/// other order come out of order; Java's consumer and librdkafka sort them
+/// themselves, but KafkaJS walks them as they come and then delivers aborted
+/// records (tests/kafka_source.rs, `kafkajs_reads_interleaved_…`). Sorted,
+/// every client reads them right.
+fn aborted_in_first_offset_order(aborted: &[AbortedTxn]) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect();
+    out.sort_by_key(|&(producer_id, first_offset)| (first_offset, producer_id));
+    out
 }

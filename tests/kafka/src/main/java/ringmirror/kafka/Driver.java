@@ -146,6 +146,7 @@ public final class Driver {
             case "delete-records" -> deleteRecords();
             case "elect-leaders" -> electLeaders();
             case "commit-offsets" -> commitOffsets();
+            case "interleaved-aborts" -> interleavedAborts();
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -219,6 +220,64 @@ public final class Driver {
             }
         }
         producer.close(Duration.ofSeconds(30));
+    }
+
+    /**
+     * Two transactional producers whose transactions overlap and end in the
+     * other order, {@code --rounds} times into partition 0 of {@code --topic}:
+     * A begins, B begins, B aborts, A aborts — so the aborted transactions'
+     * first offsets and markers are in opposite orders — then
+     * {@code --count} committed non-transactional records. Prints
+     * {@code committed <n>}: how many records READ_COMMITTED readers must see.
+     */
+    private void interleavedAborts() throws Exception {
+        String topic = req("topic");
+        int rounds = num("rounds", 3);
+        int count = num("count", 5);
+        Properties base = common();
+        base.setProperty(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        base.setProperty(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        base.setProperty(ProducerConfig.COMPRESSION_TYPE_CONFIG, opt("codec", "none"));
+        base.setProperty(ProducerConfig.LINGER_MS_CONFIG, "0");
+        base.putAll(extra);
+        Properties pa = (Properties) base.clone();
+        pa.setProperty(ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic + "-tx-a");
+        Properties pb = (Properties) base.clone();
+        pb.setProperty(ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic + "-tx-b");
+        Properties plain = (Properties) base.clone();
+        plain.setProperty(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        int committed = 0;
+        try (KafkaProducer<byte[], byte[]> a = new KafkaProducer<>(pa);
+                KafkaProducer<byte[], byte[]> b = new KafkaProducer<>(pb);
+                KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(plain)) {
+            a.initTransactions();
+            b.initTransactions();
+            for (int r = 0; r < rounds; r++) {
+                a.beginTransaction();
+                sendAndFlush(a, topic, "a" + r, count);
+                b.beginTransaction();
+                sendAndFlush(b, topic, "b" + r, count);
+                sendAndFlush(a, topic, "a" + r, count);
+                b.abortTransaction();
+                sendAndFlush(a, topic, "a" + r, count);
+                a.abortTransaction();
+                sendAndFlush(p, topic, "c" + r, count);
+                committed += count;
+            }
+        }
+        System.out.println("committed " + committed);
+    }
+
+    private static void sendAndFlush(KafkaProducer<byte[], byte[]> producer, String topic, String key, int count)
+            throws Exception {
+        List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            sent.add(producer.send(new ProducerRecord<>(topic, 0, key.getBytes(StandardCharsets.UTF_8), value(i, 32))));
+        }
+        producer.flush();
+        for (var f : sent) {
+            f.get(60, TimeUnit.SECONDS);
+        }
     }
 
     /** A value of {@code n} bytes that differs per record and compresses a little. */
