@@ -862,3 +862,102 @@ fn kafkajs_reads_interleaved_aborted_transactions_as_kafkas_java_consumer() {
     assert_eq!(kafkajs_read(&ours, "interleaved", "read_uncommitted").len(), 4 * 27 - 8);
     agent.stop().expect("clean stop");
 }
+
+#[test]
+fn a_java_consumer_group_fails_over_to_our_listener_with_no_gap_and_no_duplicate() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("resume", 2, &[]);
+    produce("resume", &["--count", "120", "--batch", "--keys", "40"]);
+    // The group reads part of the topic at Kafka and commits where it got to.
+    let first = driver(
+        "consume",
+        &c.bootstrap,
+        &[
+            "--topic",
+            "resume",
+            "--group",
+            "resumers",
+            "--max",
+            "70",
+            "--commit",
+            "--idle-ms",
+            "3000",
+        ],
+    );
+    let first: Vec<String> = first.into_iter().filter(|l| l.starts_with("record ")).collect();
+    assert_eq!(first.len(), 70);
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &["resume"]);
+    wait_caught_up(&agent, "resume", 2);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    let at_kafka = kafka_tool(GROUPS_COMMAND, &c.bootstrap, &["--describe", "--group", "resumers"]);
+    let committed = |text: &str| -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() > 4 && f[1] == "resume").then(|| (f[2].to_owned(), f[3].to_owned()))
+            })
+            .collect()
+    };
+    let expected = committed(&at_kafka);
+    assert_eq!(expected.len(), 2, "{at_kafka}");
+    common::wait_until(DEADLINE, "the group's offsets synced", || {
+        let here = kafka_tool(GROUPS_COMMAND, &ours, &["--describe", "--group", "resumers"]);
+        if committed(&here) == expected {
+            Ok(())
+        } else {
+            Err(here)
+        }
+    });
+
+    // The same group, now at our listener, goes on where it stopped.
+    let rest = driver(
+        "consume",
+        &ours,
+        &[
+            "--topic",
+            "resume",
+            "--group",
+            "resumers",
+            "--commit",
+            "--idle-ms",
+            "3000",
+        ],
+    );
+    let rest: Vec<String> = rest.into_iter().filter(|l| l.starts_with("record ")).collect();
+    let mut all: Vec<String> = first.iter().chain(&rest).cloned().collect();
+    all.sort();
+    let mut everything = consume(&c.bootstrap, "resume", "read_uncommitted");
+    everything.sort();
+    assert_eq!(all, everything, "first at Kafka, the rest here: every record once");
+    agent.stop().expect("clean stop");
+}
+
+#[test]
+fn partitions_added_at_kafka_are_mirrored() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("growing", 1, &[]);
+    produce("growing", &["--count", "20"]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let agent = mirror(&data, &["growing"]);
+    wait_caught_up(&agent, "growing", 1);
+    driver(
+        "add-partitions",
+        &c.bootstrap,
+        &["--topic", "growing", "--partitions", "3"],
+    );
+    for p in 1..3 {
+        produce(
+            "growing",
+            &["--count", "15", "--partition", &p.to_string(), "--idempotent"],
+        );
+    }
+    wait_caught_up(&agent, "growing", 3);
+    agent.stop().expect("clean stop");
+    let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("growing", p)).collect();
+    common::assert_mirrors_source(&data, &c.bootstrap, &tps);
+}
