@@ -20,7 +20,7 @@ use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardSer
 
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
 use ringmirror_control::coordinator::{Coordinator, CoordinatorSetup};
-use ringmirror_control::http::AdminServer;
+use ringmirror_control::http::{AdminSecurity, AdminServer};
 use ringmirror_control::state_store::MirrorStateStore;
 
 use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
@@ -276,11 +276,9 @@ impl Agent {
     pub fn start_observed(config: AgentConfig, observer: EventObserver) -> anyhow::Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shard_count = config.shards.unwrap_or(cores).max(1);
-        // Read before anything starts, so that a bad token file fails fast.
-        let admin_token = match &config.admin {
-            Some(admin) => admin.token()?,
-            None => None,
-        };
+        // Read before anything starts, so that a bad token, principals or
+        // certificate file fails fast.
+        let admin_security = config.admin.as_ref().map(|admin| admin.security()).transpose()?;
         let io_memory = io_memory_bytes(shard_count);
         let data_dir_lock = lock_data_dir(&config.data_dir)?;
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
@@ -424,14 +422,18 @@ impl Agent {
         if first_round.recv_timeout(FIRST_ROUND_WAIT).is_err() {
             tracing::warn!("first metadata round is slow; partitions will be placed as they are found");
         }
-        let admin_server = match &config.admin {
-            Some(admin) => {
-                let server = AdminServer::start_with_token(admin.address, admin_calls.clone(), admin_token)
+        let admin_server = match (&config.admin, admin_security) {
+            (Some(admin), Some(security)) => {
+                let security = AdminSecurity {
+                    acls: Some(Arc::clone(&acls)),
+                    ..security
+                };
+                let server = AdminServer::start_with(admin.address, admin_calls.clone(), security)
                     .with_context(|| format!("start the admin API on {}", admin.address))?;
                 tracing::info!(addr = %server.addr(), "admin API listening");
                 Some(server)
             }
-            None => None,
+            _ => None,
         };
         Ok(Self {
             shards,

@@ -1,25 +1,34 @@
-//! `ringmirror mirror …` and `ringmirror status`: the operator's CLI over a
-//! running agent's admin API (see `ringmirror_control::http` for the
-//! routes).
+//! `ringmirror mirror …`, `ringmirror status` and `ringmirror acls …`: the
+//! operator's CLI over a running agent's admin API (see
+//! `ringmirror_control::http` for the routes).
 //!
-//! The client is ureq without TLS, blocking: one request per command (or per
-//! redraw with `status --watch`), so nothing here needs an async runtime.
+//! The client is ureq, blocking: one request per command (or per redraw
+//! with `status --watch`), so nothing here needs an async runtime. An
+//! `https://` URL is spoken with rustls, trusting the CA file of
+//! `--admin-ca-location` (or `$RINGMIRROR_ADMIN_CA_LOCATION`), else the
+//! system's CA store.
 //! Answers print as aligned tables, or as the API's JSON with `--json`. A
 //! refused request prints the server's message and exits 1 (through `main`).
 //! With `--admin-token-file` (or `$RINGMIRROR_ADMIN_TOKEN_FILE`) every
 //! request carries the file's bearer token; a 401 says whether the token
-//! was refused or missing, never what it is.
+//! was refused or missing, never what it is; a 403 names the error
+//! (`CLUSTER_MIRROR_AUTHORIZATION_FAILED`) and what was refused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use ringmirror_control::admin::{AdminAnswer, ErrorBody, MirrorDescription, MirrorSummary, PartitionView, TopicsBody};
+use ringmirror_control::admin::{
+    AclsBody, AdminAnswer, ErrorBody, MirrorAcl, MirrorDescription, MirrorSummary, PartitionView, TopicsBody,
+};
 use ringmirror_control::http::AdminToken;
 use ringmirror_control::mirror::MirrorConfig;
+use ringmirror_dataplane::serve::acls::{AclOperation, AclPermissionType, PatternType};
+use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
 /// The environment variable naming the admin API's URL.
@@ -28,6 +37,13 @@ pub const ADMIN_ENV: &str = "RINGMIRROR_ADMIN";
 /// The environment variable naming the file that holds the admin API's
 /// bearer token.
 pub const ADMIN_TOKEN_FILE_ENV: &str = "RINGMIRROR_ADMIN_TOKEN_FILE";
+
+/// The environment variable naming the PEM file of the CAs that sign the
+/// admin API's certificate.
+pub const ADMIN_CA_LOCATION_ENV: &str = "RINGMIRROR_ADMIN_CA_LOCATION";
+
+/// How long connecting to the admin API may take (TLS handshake included).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the CLI finds the admin API.
 #[derive(Args, Debug)]
@@ -39,6 +55,11 @@ pub struct AdminArgs {
     /// token_file`) [default: $RINGMIRROR_ADMIN_TOKEN_FILE, else none].
     #[arg(long, global = true, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// A PEM file of the CAs that sign the admin API's certificate, for an
+    /// https:// URL [default: $RINGMIRROR_ADMIN_CA_LOCATION, else the
+    /// system's CA store].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub admin_ca_location: Option<PathBuf>,
     /// Print the API's JSON answer instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -116,6 +137,68 @@ pub enum MirrorCommand {
         /// The mirror's name.
         name: String,
     },
+}
+
+/// `ringmirror acls …`: the ClusterMirror ACLs — who may create, alter or
+/// describe which mirrors through the admin API. Listing and changing
+/// them takes the admin token.
+#[derive(Subcommand, Debug)]
+pub enum AclCommand {
+    /// List the ClusterMirror ACLs.
+    List,
+    /// Allow (or with --deny, deny) a principal operations on mirrors.
+    Create(AclArgs),
+    /// Delete exactly these ACLs (the same flags as create).
+    Delete(AclArgs),
+}
+
+/// One or more ClusterMirror ACLs: one per operation.
+#[derive(Args, Debug, Clone)]
+pub struct AclArgs {
+    /// The principal: User:<name>, or User:* for every one.
+    #[arg(long)]
+    pub principal: String,
+    /// Operations, comma-separated: create, alter, describe, all.
+    #[arg(long = "operation", required = true, value_delimiter = ',')]
+    pub operations: Vec<AclOperation>,
+    /// The mirror's name, or * for every mirror (with --prefixed: a prefix of names).
+    #[arg(long)]
+    pub mirror: String,
+    /// --mirror is a prefix (a PREFIXED pattern).
+    #[arg(long)]
+    pub prefixed: bool,
+    /// Deny rather than allow (a DENY wins over any ALLOW).
+    #[arg(long)]
+    pub deny: bool,
+    /// The client IP address the ACLs apply to; * is any.
+    #[arg(long, default_value = "*")]
+    pub host: String,
+}
+
+impl AclArgs {
+    fn body(&self) -> AclsBody {
+        let acls = self
+            .operations
+            .iter()
+            .map(|&operation| MirrorAcl {
+                principal: self.principal.clone(),
+                operation,
+                mirror: self.mirror.clone(),
+                pattern_type: if self.prefixed {
+                    PatternType::Prefixed
+                } else {
+                    PatternType::Literal
+                },
+                permission_type: if self.deny {
+                    AclPermissionType::Deny
+                } else {
+                    AclPermissionType::Allow
+                },
+                host: self.host.clone(),
+            })
+            .collect();
+        AclsBody { acls }
+    }
 }
 
 /// `mirror create`: the mirror's definition. Every flag is a
@@ -288,12 +371,20 @@ impl AdminClient {
     /// the token in `--admin-token-file`, else in the file
     /// `$RINGMIRROR_ADMIN_TOKEN_FILE` names, else none.
     pub fn from_args(args: &AdminArgs) -> anyhow::Result<Self> {
-        let token_file = args.admin_token_file.clone().or_else(|| {
-            std::env::var_os(ADMIN_TOKEN_FILE_ENV)
+        let from_env = |name: &str| {
+            std::env::var_os(name)
                 .filter(|path| !path.is_empty())
                 .map(PathBuf::from)
-        });
-        let client = Self::new(args.admin.as_deref());
+        };
+        let token_file = args.admin_token_file.clone().or_else(|| from_env(ADMIN_TOKEN_FILE_ENV));
+        let ca_location = args
+            .admin_ca_location
+            .clone()
+            .or_else(|| from_env(ADMIN_CA_LOCATION_ENV));
+        let mut client = Self::new(args.admin.as_deref());
+        if let Some(path) = &ca_location {
+            client = client.with_ca_location(path)?;
+        }
         Ok(match token_file {
             Some(path) => client.with_token(AdminToken::read_file(&path)?),
             None => client,
@@ -307,7 +398,9 @@ impl AdminClient {
     }
 
     /// `url`: the `--admin` flag; else `$RINGMIRROR_ADMIN`; else the
-    /// default address. A URL without a scheme is taken as `http://`.
+    /// default address. A URL without a scheme is taken as `http://`; an
+    /// `https://` one trusts the system's CA store (none read: every
+    /// certificate is refused) unless [`with_ca_location`](Self::with_ca_location).
     pub fn new(url: Option<&str>) -> Self {
         let url = url
             .map(str::to_owned)
@@ -318,18 +411,27 @@ impl AdminClient {
         } else {
             format!("http://{url}")
         };
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            // The server gives the coordinator 30 s; leave room for that answer.
-            .timeout_global(Some(ringmirror_control::http::REPLY_TIMEOUT + Duration::from_secs(10)))
-            .build()
-            .into();
+        let base = base.trim_end_matches('/').to_owned();
+        let roots = if base.starts_with("https://") {
+            ringmirror_dataplane::client::ca_certificates(None).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         Self {
-            base: base.trim_end_matches('/').to_owned(),
-            http,
+            http: http_agent(&base, &roots),
+            base,
             token: None,
         }
+    }
+
+    /// Trusts the CAs of the PEM file `path` for an `https://` URL (read
+    /// here: a bad file fails before anything is sent).
+    pub fn with_ca_location(mut self, path: &Path) -> anyhow::Result<Self> {
+        let roots = ringmirror_dataplane::client::ca_certificates(Some(path))
+            .map_err(anyhow::Error::msg)
+            .context("the admin API's CA file (--admin-ca-location)")?;
+        self.http = http_agent(&self.base, &roots);
+        Ok(self)
     }
 
     /// One request; the JSON answer, or the server's message as the error.
@@ -372,6 +474,12 @@ impl AdminClient {
                 ),
             }
         }
+        if status == 403 {
+            match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(e) => bail!("{}: {} (HTTP 403)", e.error, e.message),
+                Err(_) => bail!("HTTP 403 from {method} {url}: {}", text.trim()),
+            }
+        }
         if status >= 400 {
             match serde_json::from_str::<ErrorBody>(&text) {
                 Ok(e) => bail!("{} (HTTP {status})", e.message),
@@ -380,6 +488,26 @@ impl AdminClient {
         }
         serde_json::from_str(&text).with_context(|| format!("the answer to {method} {url} is not JSON: {text}"))
     }
+}
+
+/// The HTTP client of `base`: over HTTPS, rustls (ring) trusting `roots`.
+fn http_agent(base: &str, roots: &[CertificateDer<'static>]) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        // The server gives the coordinator 30 s; leave room for that answer.
+        .timeout_global(Some(ringmirror_control::http::REPLY_TIMEOUT + Duration::from_secs(10)));
+    if base.starts_with("https://") {
+        let roots = roots.iter().map(|der| ureq::tls::Certificate::from_der(der).to_owned());
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .provider(ureq::tls::TlsProvider::Rustls)
+                .root_certs(ureq::tls::RootCerts::from(roots))
+                .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .build(),
+        );
+    }
+    config.build().into()
 }
 
 /// Runs one `mirror` subcommand and returns what to print.
@@ -428,6 +556,30 @@ pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String
     };
     if args.json {
         return Ok(format!("{}\n", serde_json::to_string_pretty(&answer)?));
+    }
+    render(verb, answer)
+}
+
+/// Runs one `acls` subcommand and returns what to print.
+pub fn acls(args: &AdminArgs, command: AclCommand) -> anyhow::Result<String> {
+    let client = AdminClient::from_args(args)?;
+    let (verb, answer) = match command {
+        AclCommand::List => ("list", client.request("GET", "/acls", None)?),
+        AclCommand::Create(acl) => (
+            "create",
+            client.request("POST", "/acls", Some(serde_json::json!(acl.body())))?,
+        ),
+        AclCommand::Delete(acl) => (
+            "delete",
+            client.request("DELETE", "/acls", Some(serde_json::json!(acl.body())))?,
+        ),
+    };
+    if args.json {
+        return Ok(format!(
+            "{}
+",
+            serde_json::to_string_pretty(&answer)?
+        ));
     }
     render(verb, answer)
 }
@@ -513,7 +665,45 @@ fn render(verb: &str, answer: Value) -> anyhow::Result<String> {
         AdminAnswer::Mirror { mirror } => describe(&mirror),
         AdminAnswer::Status { partitions } => partitions_table(partitions),
         AdminAnswer::Metrics { .. } => bail!("unexpected metrics answer to {verb}"),
+        AdminAnswer::Acls { acls } => acls_table(verb, acls),
     })
+}
+
+/// ClusterMirror ACLs: all of them (`list`), or those a change made.
+fn acls_table(verb: &str, acls: Vec<MirrorAcl>) -> String {
+    let mut out = match verb {
+        "create" => format!("created {} ACL(s) (those already there are not counted)\n", acls.len()),
+        "delete" => format!("deleted {} ACL(s)\n", acls.len()),
+        _ => String::new(),
+    };
+    if acls.is_empty() {
+        return out;
+    }
+    let rows = acls
+        .into_iter()
+        .map(|a| {
+            vec![
+                a.principal,
+                a.permission_type.to_string(),
+                a.operation.to_string(),
+                a.mirror,
+                a.pattern_type.to_string(),
+                a.host,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            ("PRINCIPAL", false),
+            ("PERMISSION", false),
+            ("OPERATION", false),
+            ("MIRROR", false),
+            ("PATTERN", false),
+            ("HOST", false),
+        ],
+        rows,
+    ));
+    out
 }
 
 fn mirrors_table(mirrors: &[MirrorSummary]) -> String {

@@ -22,6 +22,9 @@
 //! [admin]                        # the admin API and /metrics (optional)
 //! address = "127.0.0.1:9644"
 //! token_file = "/etc/ringmirror/admin-token"  # optional: require a bearer token
+//! principals_file = "/etc/ringmirror/admin-principals"  # optional: per-mirror ACLs
+//! ssl_certificate_location = "/etc/ringmirror/admin.pem"  # optional: HTTPS
+//! ssl_key_location = "/etc/ringmirror/admin.key"
 //!
 //! [[mirror]]
 //! name = "dr"
@@ -34,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use ringmirror_control::http::AdminToken;
+use ringmirror_control::http::{AdminPrincipals, AdminSecurity, AdminToken};
 pub use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::LogConfig;
 use ringmirror_dataplane::sasl::{Mechanism, Secret};
@@ -201,14 +204,7 @@ impl ListenerConfig {
 
     /// The listener's TLS settings (`None`: in clear).
     pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
-        match (&self.ssl_certificate_location, &self.ssl_key_location) {
-            (None, None) => Ok(None),
-            (Some(certificate), Some(key)) => ringmirror_dataplane::serve::tls::server_config(certificate, key)
-                .map(Some)
-                .map_err(anyhow::Error::msg)
-                .context("[listener] ssl_certificate_location/ssl_key_location"),
-            _ => anyhow::bail!("[listener] ssl_certificate_location and ssl_key_location go together"),
-        }
+        server_tls("listener", &self.ssl_certificate_location, &self.ssl_key_location)
     }
 
     /// How the agent's own connections to this listener set up TLS: they
@@ -261,6 +257,9 @@ impl ListenerConfig {
 /// [admin]
 /// address = "0.0.0.0:9644"
 /// token_file = "/etc/ringmirror/admin-token"   # optional: require a bearer token
+/// principals_file = "/etc/ringmirror/admin-principals"   # optional: principals and ACLs
+/// ssl_certificate_location = "/etc/ringmirror/admin.pem" # optional: HTTPS
+/// ssl_key_location = "/etc/ringmirror/admin.key"
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -277,6 +276,18 @@ pub struct AdminConfig {
     /// content). None (the default): no authentication.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// A file of principals (`User:<name>`) and their tokens' SHA-256
+    /// (`ringmirror_control::admin_auth` has the format): a principal's
+    /// requests are authorized by the ClusterMirror ACLs. Read at start,
+    /// errors naming the file and line. None (the default): no principals.
+    #[serde(default)]
+    pub principals_file: Option<PathBuf>,
+    /// HTTPS: PEM files of the certificate chain and its unencrypted
+    /// private key, read at start; both or neither. None: plain HTTP.
+    #[serde(default)]
+    pub ssl_certificate_location: Option<PathBuf>,
+    #[serde(default)]
+    pub ssl_key_location: Option<PathBuf>,
 }
 
 impl AdminConfig {
@@ -289,8 +300,49 @@ impl AdminConfig {
             .transpose()
     }
 
+    /// The principals of `principals_file`; `None` without one.
+    pub fn principals(&self) -> anyhow::Result<Option<AdminPrincipals>> {
+        self.principals_file
+            .as_deref()
+            .map(|path| AdminPrincipals::read_file(path).context("[admin] principals_file"))
+            .transpose()
+    }
+
+    /// The API's TLS settings (`None`: plain HTTP).
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+        server_tls("admin", &self.ssl_certificate_location, &self.ssl_key_location)
+    }
+
+    /// Everything that guards the API, read from its files (the ACL store
+    /// is the agent's to add).
+    pub fn security(&self) -> anyhow::Result<AdminSecurity> {
+        Ok(AdminSecurity {
+            token: self.token()?,
+            principals: self.principals()?,
+            acls: None,
+            tls: self.tls()?,
+        })
+    }
+
     fn validate(&self) -> anyhow::Result<()> {
-        self.token().map(drop)
+        self.security().map(drop)
+    }
+}
+
+/// A server's TLS settings from the `[table]`'s certificate and key files
+/// (`None`: in clear); both or neither.
+fn server_tls(
+    table: &str,
+    certificate: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+    match (certificate, key) {
+        (None, None) => Ok(None),
+        (Some(certificate), Some(key)) => ringmirror_dataplane::serve::tls::server_config(certificate, key)
+            .map(Some)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("[{table}] ssl_certificate_location/ssl_key_location")),
+        _ => anyhow::bail!("[{table}] ssl_certificate_location and ssl_key_location go together"),
     }
 }
 
@@ -396,6 +448,52 @@ mod tests {
         assert_eq!(c.mirror_topic_num_partitions, 8);
         let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]\naddress = \"0.0.0.0:0\"").unwrap();
         assert_eq!(c.admin.unwrap().address, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
+    fn admin_principals_and_tls_files_are_read_at_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("principals");
+        let config = |extra: &str| format!("data_dir = \"/x\"\n[admin]\n{extra}\n");
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        std::fs::write(&file, format!("# ops\nUser:ops sha256:{hash}\n")).unwrap();
+        let admin = AgentConfig::parse(&config(&format!("principals_file = {file:?}")))
+            .unwrap()
+            .admin
+            .unwrap();
+        assert_eq!(admin.principals().unwrap().expect("principals").len(), 1);
+        let security = admin.security().unwrap();
+        assert!(security.token.is_none() && security.tls.is_none() && security.acls.is_none());
+        // A bad line: the file and line named, not the line.
+        std::fs::write(&file, "User:ops raw-secret-token\n").unwrap();
+        let e = format!(
+            "{:#}",
+            AgentConfig::parse(&config(&format!("principals_file = {file:?}"))).unwrap_err()
+        );
+        assert!(
+            e.starts_with(&format!(
+                "[admin] principals_file: the admin principals file {}: line 1: ",
+                file.display()
+            )) && !e.contains("raw-secret-token"),
+            "{e}"
+        );
+        // TLS: both files or neither; unreadable ones named.
+        let e = format!(
+            "{:#}",
+            AgentConfig::parse(&config("ssl_certificate_location = \"/x.pem\"")).unwrap_err()
+        );
+        assert_eq!(e, "[admin] ssl_certificate_location and ssl_key_location go together");
+        let e = format!(
+            "{:#}",
+            AgentConfig::parse(&config(
+                "ssl_certificate_location = \"/no/cert.pem\"\nssl_key_location = \"/no/key.pem\""
+            ))
+            .unwrap_err()
+        );
+        assert!(
+            e.starts_with("[admin] ssl_certificate_location/ssl_key_location: /no/cert.pem"),
+            "{e}"
+        );
     }
 
     #[test]

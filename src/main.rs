@@ -5,7 +5,7 @@
 //! mirror byte for byte), `selfcheck` (the embedded default: writes a
 //! partition log, kills the writer mid-append, recovers and verifies) and
 //! `dump-log` (prints a segment file's batches, like Kafka's
-//! `kafka-dump-log.sh`); `mirror …` and `status` talk to a running agent's
+//! `kafka-dump-log.sh`); `mirror …`, `status` and `acls …` talk to a running agent's
 //! admin API (`ringmirror::cli_admin`).
 
 mod dump_log;
@@ -84,6 +84,13 @@ enum Command {
         #[command(subcommand)]
         command: ringmirror::cli_admin::MirrorCommand,
     },
+    /// Who may create, alter and describe which mirrors: the ClusterMirror ACLs (admin API).
+    Acls {
+        #[command(flatten)]
+        admin: ringmirror::cli_admin::AdminArgs,
+        #[command(subcommand)]
+        command: ringmirror::cli_admin::AclCommand,
+    },
     /// Every mirrored partition's state, offsets and lag (admin API).
     Status {
         #[command(flatten)]
@@ -160,6 +167,7 @@ fn main() -> ExitCode {
         } => selfcheck::run(data_dir, size_mb),
         Command::DumpLog { path, deep } => dump_log::run(&path, deep, &mut std::io::stdout().lock()),
         Command::Mirror { admin, command } => ringmirror::cli_admin::mirror(&admin, command).map(|out| print!("{out}")),
+        Command::Acls { admin, command } => ringmirror::cli_admin::acls(&admin, command).map(|out| print!("{out}")),
         Command::Status {
             admin,
             watch,

@@ -16,6 +16,22 @@
 //!   the CLI's), nor in any answer or error.
 //! - An agent whose token file is empty does not start, and says which
 //!   file.
+//! - Principals (`principals_file`) and ClusterMirror ACLs, made with
+//!   `ringmirror acls create`: `ClusterMirror:dr:DESCRIBE` reads `dr` and
+//!   only `dr` (describe, list, `/status`, `/metrics`) and may not stop it
+//!   (403 `CLUSTER_MIRROR_AUTHORIZATION_FAILED`, through curl's way and the
+//!   CLI, the partition still MIRRORING); `ClusterMirror:*:ALTER` stops it
+//!   (the partition reaches STOPPED) but not a mirror it is DENYed; a
+//!   CREATE on a prefix creates only mirrors so named. Mirrors of
+//!   librdkafka's mock cluster.
+//! - HTTPS (`ssl_certificate_location`): curl with `--cacert` and the CLI
+//!   with `--admin-ca-location` (or its variable) reach it, another CA and
+//!   clear text do not.
+//! - ClusterMirror ACLs and Kafka clients: kafka-python's
+//!   `describe_acls` with an ANY filter works and never sees them (our own
+//!   listener shows them when asked for the type, and refuses to change
+//!   them without an authorizer); they survive a restart; and an ACL sync
+//!   from another agent, which deletes our extra TOPIC ACL, leaves them.
 //!
 //! Everything is on loopback; every request and child process is bounded
 //! by a timeout.
@@ -26,14 +42,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use kafka_protocol::messages::{
+    ApiKey, CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsResponse,
+};
+use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
+use ringmirror_control::admin::AdminRequest;
+use ringmirror_control::mirror::MirrorConfig;
+use ringmirror_dataplane::serve::acls::{
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType, codes,
+};
 use serde_json::{Value, json};
 
 /// The token of the guarded agents (as `openssl rand -hex 20` makes them).
 const TOKEN: &str = "7f3c9a1e5b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f";
 /// How long one HTTP request may take.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one CLI, curl or kafka-python run may take.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a partition may take to reach a state.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The principals' tokens (`User:<name>` has `<name>-` and these digits).
+const PRINCIPAL_TOKEN_TAIL: &str = "0b1c2d3e4f5a6b7c8d9e0f7f3c9a1e5b2d4c6f8a";
 /// The log levels captured: everything of ours down to debug (the refusals
 /// are logged there); the test's own HTTP client (ureq) is left out.
 const LOG_FILTER: &str = "warn,ringmirror=debug,axum=trace,hyper=trace";
@@ -120,17 +151,14 @@ fn cli(url: &str, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String)
         .args(["--admin", url])
         .env_remove(ringmirror::cli_admin::ADMIN_ENV)
         .env_remove(ringmirror::cli_admin::ADMIN_TOKEN_FILE_ENV)
+        .env_remove(ringmirror::cli_admin::ADMIN_CA_LOCATION_ENV)
         .env("RUST_LOG", "debug")
         .env("NO_COLOR", "1");
     for (key, value) in env {
         command.env(key, value);
     }
-    let out = command.output().expect("run the ringmirror CLI");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = common::run_client(command, &format!("ringmirror {}", args.join(" ")), "", CLIENT_TIMEOUT);
+    (out.status.code().unwrap_or(-1), out.stdout, out.stderr)
 }
 
 fn mirror_definition(name: &str) -> String {
@@ -433,4 +461,634 @@ fn an_agent_with_an_empty_or_bad_token_file_does_not_start() {
         assert!(!log.contains("secret"), "{name}: {log}");
         assert!(!dir.path().join("data").exists(), "{name}: nothing started");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Principals, ClusterMirror ACLs, HTTPS
+// ---------------------------------------------------------------------------
+
+/// `User:<name>`'s bearer token.
+fn principal_token(name: &str) -> String {
+    format!("{name}-{PRINCIPAL_TOKEN_TAIL}")
+}
+
+/// A principals file of `User:<name>` for each name, with its token's
+/// SHA-256 (as `printf %s "$token" | sha256sum` prints it).
+fn write_principals(dir: &Path, names: &[&str]) -> PathBuf {
+    let lines: String = names
+        .iter()
+        .map(|name| {
+            let digest = ringmirror_dataplane::sasl::plain::password_digest(principal_token(name).as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("User:{name}  sha256:{hex}\n")
+        })
+        .collect();
+    write_file(dir, "admin-principals", &format!("# who manages mirrors\n{lines}"))
+}
+
+/// An agent with `[admin]` on a free loopback port plus `admin` (more
+/// settings of the table), and `extra` TOML before it.
+fn start_agent_with(data_dir: &Path, extra: &str, admin: &str) -> Agent {
+    let config = AgentConfig::parse(&format!(
+        "data_dir = {data_dir:?}\nshards = 1\n{extra}\n[admin]\naddress = \"127.0.0.1:0\"\n{admin}\n"
+    ))
+    .expect("agent config");
+    Agent::start(config).expect("start the agent")
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// The mirror names a listing (`/mirrors`) or the partitions of `/status`
+/// show.
+fn names_in(reply: &Reply, list: &str, field: &str) -> Vec<String> {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list}: {}", reply.body))
+        .iter()
+        .map(|m| m[field].as_str().expect("a mirror name").to_owned())
+        .collect()
+}
+
+/// The state of the one partition of `mirror`, as the admin token sees it.
+fn partition_state(url: &str, mirror: &str) -> Option<String> {
+    let r = send(url, "GET", "/status", None, &[&bearer(TOKEN)]);
+    r.json()["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["mirror"] == mirror)
+        .map(|p| p["state"].as_str().expect("a state").to_owned())
+}
+
+fn wait_state(url: &str, mirror: &str, state: &str) {
+    common::wait_until(DEADLINE, &format!("{mirror} {state}"), || {
+        match partition_state(url, mirror) {
+            Some(s) if s == state => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}
+
+fn forbidden(principal: &str, operation: &str, mirror: &str) -> Value {
+    json!({
+        "error": "CLUSTER_MIRROR_AUTHORIZATION_FAILED",
+        "message": format!("User:{principal} is not authorized to {operation} ClusterMirror {mirror:?}"),
+    })
+}
+
+#[test]
+fn cluster_mirror_acls_decide_what_each_principal_may_do() {
+    let _logs = common::logs::capture(LOG_FILTER);
+    let started = std::time::Instant::now();
+    let source = MockCluster::new(1).expect("mock cluster");
+    for topic in ["orders", "payments", "audit"] {
+        source.create_topic(topic, 1, 1).expect("topic");
+    }
+    let bootstrap = source.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = write_file(dir.path(), "admin-token", TOKEN);
+    let principals = write_principals(dir.path(), &["ro", "ops", "maker"]);
+    let agent = start_agent_with(
+        &dir.path().join("data"),
+        "",
+        &format!("token_file = {token_file:?}\nprincipals_file = {principals:?}"),
+    );
+    let url = admin_url(&agent);
+    let admin = [bearer(TOKEN)];
+    let admin = [admin[0].as_str()];
+    for (mirror, topic) in [("dr", "orders"), ("other", "payments"), ("secret", "audit")] {
+        let definition = json!({"name": mirror, "bootstrap_servers": [bootstrap], "topics": [topic],
+                                "metadata_refresh_interval_ms": 1000});
+        let r = send(&url, "POST", "/mirrors", Some(&definition.to_string()), &admin);
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    // The ACLs, made with the CLI and the admin token.
+    let token_path = token_file.to_str().expect("a UTF-8 path");
+    for acl in [
+        &["--principal", "User:ro", "--operation", "describe", "--mirror", "dr"][..],
+        &["--principal", "User:ops", "--operation", "alter", "--mirror", "*"],
+        &[
+            "--principal",
+            "User:ops",
+            "--operation",
+            "alter",
+            "--mirror",
+            "secret",
+            "--deny",
+        ],
+        &[
+            "--principal",
+            "User:maker",
+            "--operation",
+            "create",
+            "--mirror",
+            "new-",
+            "--prefixed",
+        ],
+    ] {
+        let args = [&["acls", "create", "--admin-token-file", token_path][..], acl].concat();
+        let (code, stdout, stderr) = cli(&url, &args, &[]);
+        assert_eq!(
+            (code, stdout.lines().next()),
+            (0, Some("created 1 ACL(s) (those already there are not counted)")),
+            "{acl:?}: {stderr}"
+        );
+    }
+    let (code, stdout, stderr) = cli(&url, &["acls", "list", "--admin-token-file", token_path], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["PRINCIPAL", "PERMISSION", "OPERATION", "MIRROR", "PATTERN", "HOST"],
+            vec!["User:ops", "ALLOW", "ALTER", "*", "LITERAL", "*"],
+            vec!["User:ro", "ALLOW", "DESCRIBE", "dr", "LITERAL", "*"],
+            vec!["User:maker", "ALLOW", "CREATE", "new-", "PREFIXED", "*"],
+            vec!["User:ops", "DENY", "ALTER", "secret", "LITERAL", "*"],
+        ]
+    );
+    // A principal may not list or change ACLs.
+    let ro_file = write_file(dir.path(), "ro-token", &principal_token("ro"));
+    let (code, _, stderr) = cli(
+        &url,
+        &["acls", "list", "--admin-token-file", ro_file.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("error: CLUSTER_AUTHORIZATION_FAILED: User:ro may not list or change ACLs"),
+        "{stderr}"
+    );
+    for mirror in ["dr", "other", "secret"] {
+        wait_state(&url, mirror, "MIRRORING");
+    }
+
+    // User:ro: reads dr, sees nothing else, changes nothing.
+    let ro = bearer(&principal_token("ro"));
+    let ro = [ro.as_str()];
+    let r = send(&url, "GET", "/mirrors/dr", None, &ro);
+    assert_eq!(
+        (r.status, r.json()["answer"].clone()),
+        (200, json!("mirror")),
+        "{}",
+        r.body
+    );
+    let r = send(&url, "GET", "/mirrors/other", None, &ro);
+    assert_eq!((r.status, r.json()), (403, forbidden("ro", "DESCRIBE", "other")));
+    // A mirror that does not exist tells no more than one it may not see.
+    let r = send(&url, "GET", "/mirrors/nope", None, &ro);
+    assert_eq!((r.status, r.json()), (403, forbidden("ro", "DESCRIBE", "nope")));
+    assert_eq!(
+        names_in(&send(&url, "GET", "/mirrors", None, &ro), "mirrors", "name"),
+        ["dr"]
+    );
+    assert_eq!(
+        names_in(&send(&url, "GET", "/status", None, &ro), "partitions", "mirror"),
+        ["dr"]
+    );
+    let metrics = send(&url, "GET", "/metrics", None, &ro).body;
+    assert!(metrics.contains(r#"mirror="dr""#), "{metrics}");
+    assert!(
+        !metrics.contains(r#"mirror="other""#) && !metrics.contains(r#"mirror="secret""#),
+        "{metrics}"
+    );
+    for action in ["stop", "pause", "restart", "sync"] {
+        let r = send(&url, "POST", &format!("/mirrors/dr/{action}"), None, &ro);
+        assert_eq!((r.status, r.json()), (403, forbidden("ro", "ALTER", "dr")), "{action}");
+    }
+    let r = send(&url, "DELETE", "/mirrors/dr", None, &ro);
+    assert_eq!((r.status, r.json()), (403, forbidden("ro", "ALTER", "dr")));
+    let r = send(&url, "POST", "/mirrors", Some(&mirror_definition("new-ro")), &ro);
+    assert_eq!((r.status, r.json()), (403, forbidden("ro", "CREATE", "new-ro")));
+    // The CLI says the same, and shows only dr.
+    let env = [(ringmirror::cli_admin::ADMIN_TOKEN_FILE_ENV, ro_file.as_path())];
+    let (code, stdout, stderr) = cli(&url, &["mirror", "stop", "dr"], &env);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert!(
+        stderr.contains(r#"error: CLUSTER_MIRROR_AUTHORIZATION_FAILED: User:ro is not authorized to ALTER ClusterMirror "dr" (HTTP 403)"#),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = cli(&url, &["mirror", "list"], &env);
+    assert_eq!(code, 0, "{stderr}");
+    let listed: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(listed, ["dr"], "{stdout}");
+    // Nothing changed: dr is still mirroring, nothing was created.
+    assert_eq!(partition_state(&url, "dr").as_deref(), Some("MIRRORING"));
+    assert_eq!(mirror_names(&url, &admin), ["dr", "other", "secret"]);
+
+    // User:maker: creates mirrors named new-*, nothing else, and may not
+    // even see what it made (CREATE implies no DESCRIBE).
+    let maker = bearer(&principal_token("maker"));
+    let maker = [maker.as_str()];
+    let r = send(&url, "POST", "/mirrors", Some(&mirror_definition("new-dr")), &maker);
+    assert_eq!(
+        (r.status, r.json()["answer"].clone()),
+        (201, json!("accepted")),
+        "{}",
+        r.body
+    );
+    let r = send(&url, "POST", "/mirrors", Some(&mirror_definition("dr2")), &maker);
+    assert_eq!((r.status, r.json()), (403, forbidden("maker", "CREATE", "dr2")));
+    let r = send(&url, "GET", "/mirrors/new-dr", None, &maker);
+    assert_eq!((r.status, r.json()), (403, forbidden("maker", "DESCRIBE", "new-dr")));
+    assert!(names_in(&send(&url, "GET", "/mirrors", None, &maker), "mirrors", "name").is_empty());
+
+    // User:ops: ALTER on every mirror, DENYed secret: DENY wins.
+    let ops = bearer(&principal_token("ops"));
+    let ops = [ops.as_str()];
+    let r = send(&url, "POST", "/mirrors/secret/stop", None, &ops);
+    assert_eq!((r.status, r.json()), (403, forbidden("ops", "ALTER", "secret")));
+    // ALTER implies DESCRIBE; the DENY is of ALTER only.
+    assert_eq!(
+        names_in(&send(&url, "GET", "/mirrors", None, &ops), "mirrors", "name"),
+        ["dr", "new-dr", "other", "secret"]
+    );
+    let r = send(&url, "POST", "/mirrors/dr/stop", None, &ops);
+    assert_eq!(
+        (r.status, r.json()["answer"].clone()),
+        (202, json!("accepted")),
+        "{}",
+        r.body
+    );
+    wait_state(&url, "dr", "STOPPED");
+    assert_eq!(partition_state(&url, "secret").as_deref(), Some("MIRRORING"));
+    assert_eq!(partition_state(&url, "other").as_deref(), Some("MIRRORING"));
+
+    // No token, or a token nobody has: 401, whoever could be meant.
+    for authorization in [&[][..], &["Bearer ro-not-quite"]] {
+        let r = send(&url, "GET", "/mirrors/dr", None, authorization);
+        assert_eq!((r.status, r.json()["error"].clone()), (401, json!("unauthorized")));
+    }
+
+    agent.stop().expect("stop the agent");
+    let log = common::logs::all();
+    for token in [
+        TOKEN.to_owned(),
+        principal_token("ro"),
+        principal_token("ops"),
+        principal_token("maker"),
+    ] {
+        assert!(!log.contains(&token), "a token is in the log");
+    }
+    assert!(!common::logs::lines_with(&["admin API: not authorized", "User:ro"]).is_empty());
+    eprintln!("took {:?}", started.elapsed());
+}
+
+/// `curl` with `args` (and a bound): (exit code, stdout, stderr).
+fn curl(args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new("curl");
+    command
+        .args(["--silent", "--show-error", "--max-time", "10"])
+        .args(args);
+    let out = common::run_client(command, &format!("curl {}", args.join(" ")), "", CLIENT_TIMEOUT);
+    (out.status.code().unwrap_or(-1), out.stdout, out.stderr)
+}
+
+#[test]
+fn over_tls_curl_and_the_cli_reach_the_admin_api_and_clear_text_does_not() {
+    let _logs = common::logs::capture(LOG_FILTER);
+    let dir = tempfile::tempdir().unwrap();
+    let pki = common::pki::make_pki(dir.path());
+    let token_file = write_file(dir.path(), "admin-token", TOKEN);
+    let agent = start_agent_with(
+        &dir.path().join("data"),
+        "",
+        &format!(
+            "token_file = {token_file:?}\nssl_certificate_location = {:?}\nssl_key_location = {:?}",
+            pki.server_cert, pki.server_key
+        ),
+    );
+    let addr = agent.admin_addr().expect("an admin API");
+    let https = format!("https://{addr}");
+    let (ca, other_ca) = (pki.ca.to_str().unwrap(), pki.other_ca.to_str().unwrap());
+    let authorization = format!("Authorization: Bearer {TOKEN}");
+
+    // curl with the CA: the API; without a token 401; /health open.
+    let (code, stdout, stderr) = curl(&["--cacert", ca, "-H", &authorization, &format!("{https}/mirrors")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout).unwrap(),
+        json!({"answer": "mirrors", "mirrors": []})
+    );
+    let (code, stdout, _) = curl(&[
+        "--cacert",
+        ca,
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("{https}/status"),
+    ]);
+    assert_eq!((code, stdout.as_str()), (0, "401"));
+    let (code, stdout, _) = curl(&["--cacert", ca, &format!("{https}/health")]);
+    assert_eq!((code, stdout.as_str()), (0, "ok"));
+    // Another CA: the certificate is refused (curl's 60).
+    let (code, _, stderr) = curl(&["--cacert", other_ca, "-H", &authorization, &format!("{https}/mirrors")]);
+    assert_eq!(code, 60, "{stderr}");
+    // In clear: no HTTP answer at all (the token went nowhere).
+    let (code, stdout, stderr) = curl(&["-H", &authorization, &format!("http://{addr}/mirrors")]);
+    assert!(
+        code != 0 && stdout.is_empty(),
+        "clear text answered: {code} {stdout} {stderr}"
+    );
+
+    // The CLI: the CA from the flag or the variable.
+    let token_path = token_file.to_str().unwrap();
+    let (code, stdout, stderr) = cli(
+        &https,
+        &[
+            "mirror",
+            "create",
+            "dr",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--topics",
+            "orders",
+            "--admin-token-file",
+            token_path,
+            "--admin-ca-location",
+            ca,
+        ],
+        &[],
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "create dr: accepted (0 partitions)\n"),
+        "{stderr}"
+    );
+    let env = [
+        (ringmirror::cli_admin::ADMIN_CA_LOCATION_ENV, pki.ca.as_path()),
+        (ringmirror::cli_admin::ADMIN_TOKEN_FILE_ENV, token_file.as_path()),
+    ];
+    let (code, stdout, stderr) = cli(&https, &["mirror", "list"], &env);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("NAME") && stdout.contains("127.0.0.1:1"), "{stdout}");
+    let (code, stdout, stderr) = cli(&https, &["status"], &env);
+    assert_eq!((code, stdout.starts_with("MIRROR")), (0, true), "{stdout}{stderr}");
+    // Another CA, the flag winning over the variable: refused, saying why.
+    let (code, _, stderr) = cli(&https, &["mirror", "list", "--admin-ca-location", other_ca], &env);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!("cannot reach the admin API at {https}")) && stderr.contains("UnknownIssuer"),
+        "{stderr}"
+    );
+    // A CA file that is not one: said before anything is sent.
+    let (code, _, stderr) = cli(&https, &["mirror", "list", "--admin-ca-location", token_path], &env);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("the admin API's CA file (--admin-ca-location)") && stderr.contains("no CA certificate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+    // The CLI in clear to the HTTPS port gets no answer either.
+    let (code, _, stderr) = cli(&format!("http://{addr}"), &["mirror", "list"], &env);
+    assert_eq!(code, 1, "{stderr}");
+
+    agent.stop().expect("stop the agent");
+    assert!(!common::logs::all().contains(TOKEN), "the token is in the log");
+    assert!(!common::logs::lines_with(&["admin API listening", "https"]).is_empty());
+    // On loopback, tokens in clear would not be worth a warning either.
+    assert!(common::logs::lines_with(&["travel in clear"]).is_empty());
+}
+
+fn kafka(addr: &str) -> common::KafkaConnection {
+    common::KafkaConnection::connect(addr, IO_TIMEOUT).expect("connect to the listener")
+}
+
+fn describe_acls(addr: &str, filter: &AclBindingFilter) -> Vec<AclBinding> {
+    let r: DescribeAclsResponse = kafka(addr)
+        .request(ApiKey::DescribeAcls as i16, 3, &filter.to_describe_request())
+        .expect("DescribeAcls");
+    assert_eq!(r.error_code, codes::NONE, "{:?}", r.error_message);
+    let (bindings, unknown) = AclBinding::from_describe_response(&r);
+    assert!(unknown.is_empty(), "{unknown:?}");
+    bindings
+}
+
+fn create_acls(addr: &str, bindings: &[AclBinding]) -> Vec<i16> {
+    let request = CreateAclsRequest::default().with_creations(bindings.iter().map(AclBinding::to_creation).collect());
+    let r: CreateAclsResponse = kafka(addr)
+        .request(ApiKey::CreateAcls as i16, 3, &request)
+        .expect("CreateAcls");
+    r.results.iter().map(|r| r.error_code).collect()
+}
+
+fn cluster_mirrors() -> AclBindingFilter {
+    AclBindingFilter {
+        resource_type: ResourceType::ClusterMirror,
+        ..AclBindingFilter::any()
+    }
+}
+
+/// The ClusterMirror ACLs the admin API lists, as (principal, operation, mirror).
+fn admin_acls(url: &str) -> Vec<(String, String, String)> {
+    let r = send(url, "GET", "/acls", None, &[&bearer(TOKEN)]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["acls"]
+        .as_array()
+        .expect("acls")
+        .iter()
+        .map(|a| {
+            let field = |f: &str| a[f].as_str().expect("a string").to_owned();
+            (field("principal"), field("operation"), field("mirror"))
+        })
+        .collect()
+}
+
+fn grant(url: &str, principal: &str, operation: &str, mirror: &str) {
+    let body = json!({"acls": [{"principal": principal, "operation": operation, "mirror": mirror}]});
+    let r = send(url, "POST", "/acls", Some(&body.to_string()), &[&bearer(TOKEN)]);
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
+fn topic_acl(name: &str, principal: &str) -> AclBinding {
+    AclBinding::from_any_host(
+        ResourceType::Topic,
+        name,
+        PatternType::Literal,
+        principal,
+        AclOperation::Read,
+        AclPermissionType::Allow,
+    )
+}
+
+/// kafka-python's `KafkaAdminClient.describe_acls` with a filter of ANY
+/// everything: the ACLs as (resource type, name, principal), or the
+/// exception it raised.
+const KAFKA_PYTHON_DESCRIBE_ACLS: &str = r#"
+import json, sys
+from kafka.admin import (KafkaAdminClient, ACLFilter, ResourcePatternFilter, ResourceType,
+                         ACLResourcePatternType, ACLOperation, ACLPermissionType)
+admin = KafkaAdminClient(bootstrap_servers=sys.argv[1], request_timeout_ms=10000)
+pattern = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+try:
+    acls, error = admin.describe_acls(ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                                                 permission_type=ACLPermissionType.ANY, resource_pattern=pattern))
+    print(json.dumps({"acls": sorted([a.resource_pattern.resource_type.name, a.resource_pattern.resource_name,
+                                      a.principal] for a in acls), "error": str(error)}))
+except Exception as e:
+    print(json.dumps({"acls": None, "error": f"{type(e).__name__}: {e}"}))
+admin.close()
+"#;
+
+#[test]
+fn kafka_clients_listing_every_acl_never_see_cluster_mirror_acls() {
+    let _logs = common::logs::capture(LOG_FILTER);
+    common::require_kafka_python();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token_file = write_file(dir.path(), "admin-token", TOKEN);
+    let listener = "[listener]\naddress = \"127.0.0.1:0\"";
+    let admin = format!("token_file = {token_file:?}");
+    let agent = start_agent_with(&data, listener, &admin);
+    let (url, addr) = (
+        admin_url(&agent),
+        agent.listener_addr().expect("a listener").to_string(),
+    );
+    let alice = topic_acl("orders", "User:alice");
+    assert_eq!(create_acls(&addr, std::slice::from_ref(&alice)), [codes::NONE]);
+    grant(&url, "User:ro", "describe", "dr");
+    grant(&url, "User:ops", "all", "*");
+    // Without an authorizer, no Kafka client may grant itself mirrors.
+    let sneaky = AclBinding::from_any_host(
+        ResourceType::ClusterMirror,
+        "*",
+        PatternType::Literal,
+        "User:ANONYMOUS",
+        AclOperation::All,
+        AclPermissionType::Allow,
+    );
+    assert_eq!(create_acls(&addr, &[sneaky]), [codes::CLUSTER_AUTHORIZATION_FAILED]);
+
+    let mut python = Command::new("python3");
+    python.arg("-c").arg(KAFKA_PYTHON_DESCRIBE_ACLS).arg(&addr);
+    let out = common::run_client(python, "kafka-python describe_acls", "", CLIENT_TIMEOUT);
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let answer: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    assert_eq!(
+        answer,
+        json!({"acls": [["TOPIC", "orders", "User:alice"]], "error": "<class 'kafka.errors.NoError'>"}),
+        "{}",
+        out.stderr
+    );
+    // Our own listener: ANY shows Kafka's types only; the type, ours.
+    assert_eq!(
+        describe_acls(&addr, &AclBindingFilter::any()),
+        std::slice::from_ref(&alice)
+    );
+    let ours: Vec<(String, AclOperation, String)> = describe_acls(&addr, &cluster_mirrors())
+        .into_iter()
+        .map(|b| (b.principal, b.operation, b.resource_name))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            ("User:ops".to_owned(), AclOperation::All, "*".to_owned()),
+            ("User:ro".to_owned(), AclOperation::Describe, "dr".to_owned())
+        ]
+    );
+    // A DeleteAcls of everything deletes Kafka's kinds only.
+    let delete_all = DeleteAclsRequest::default().with_filters(vec![AclBindingFilter::any().to_delete_filter()]);
+    let r: DeleteAclsResponse = kafka(&addr)
+        .request(ApiKey::DeleteAcls as i16, 3, &delete_all)
+        .expect("DeleteAcls");
+    assert_eq!(r.filter_results[0].matching_acls.len(), 1);
+    assert!(describe_acls(&addr, &AclBindingFilter::any()).is_empty());
+    agent.stop().expect("stop the agent");
+
+    // Kept in the ACL store: there after a restart.
+    let agent = start_agent_with(&data, listener, &admin);
+    let url = admin_url(&agent);
+    let token_path = token_file.to_str().unwrap();
+    let (code, stdout, stderr) = cli(&url, &["acls", "list", "--admin-token-file", token_path, "--json"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed["acls"].as_array().map(Vec::len), Some(2), "{stdout}");
+    // And deleted with the CLI.
+    let (code, stdout, stderr) = cli(
+        &url,
+        &[
+            "acls",
+            "delete",
+            "--principal",
+            "User:ro",
+            "--operation",
+            "describe",
+            "--mirror",
+            "dr",
+            "--admin-token-file",
+            token_path,
+        ],
+        &[],
+    );
+    assert_eq!((code, stdout.lines().next()), (0, Some("deleted 1 ACL(s)")), "{stderr}");
+    assert_eq!(admin_acls(&url), [("User:ops".into(), "all".into(), "*".into())]);
+    agent.stop().expect("stop the agent");
+}
+
+#[test]
+fn acl_sync_from_a_source_agent_leaves_our_cluster_mirror_acls_alone() {
+    let _logs = common::logs::capture(LOG_FILTER);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let token_file = write_file(dir_a.path(), "admin-token", TOKEN);
+    let listener = "[listener]\naddress = \"127.0.0.1:0\"";
+    let admin = format!("token_file = {token_file:?}");
+    let a = start_agent_with(&dir_a.path().join("data"), listener, &admin);
+    let b = start_agent_with(&dir_b.path().join("data"), listener, &admin);
+    let (a_addr, b_addr) = (
+        a.listener_addr().expect("A listens").to_string(),
+        b.listener_addr().expect("B listens").to_string(),
+    );
+    let at_a = topic_acl("orders", "User:alice");
+    let extra_at_b = topic_acl("payments", "User:bob");
+    assert_eq!(create_acls(&a_addr, std::slice::from_ref(&at_a)), [codes::NONE]);
+    assert_eq!(create_acls(&b_addr, std::slice::from_ref(&extra_at_b)), [codes::NONE]);
+    grant(&admin_url(&a), "User:a-ops", "alter", "*");
+    grant(&admin_url(&b), "User:b-ops", "alter", "*");
+
+    // B mirrors A with every ACL in scope: B's TOPIC ACLs become A's.
+    let config: MirrorConfig = serde_json::from_value(json!({
+        "name": "from-a", "bootstrap_servers": [a_addr], "topics": ["orders"],
+        "acls_include": [{}], "metadata_refresh_interval_ms": 1000,
+    }))
+    .expect("a mirror definition");
+    b.admin(AdminRequest::CreateMirror { config })
+        .expect("create the mirror");
+    common::wait_until(DEADLINE, "B's TOPIC ACLs are A's", || {
+        let held = describe_acls(&b_addr, &AclBindingFilter::any());
+        if held == [at_a.clone()] {
+            Ok(())
+        } else {
+            Err(format!("{held:?}"))
+        }
+    });
+    // Another round after that one: A's ACL unchanged, no errors — the
+    // ClusterMirror ACLs on either side were not even looked at (a try to
+    // create A's at B, or delete B's, would be an error: B's listener
+    // refuses both without an authorizer).
+    let round = common::wait_until(DEADLINE, "a round that found nothing to do", || {
+        let round = common::describe_mirror(&b, "from-a");
+        if round.acls == "0 created, 0 deleted, 1 unchanged" {
+            Ok(round)
+        } else {
+            Err(round.acls)
+        }
+    });
+    assert!(round.acls_synced_ms.is_some());
+    assert_eq!(
+        admin_acls(&admin_url(&b)),
+        [("User:b-ops".into(), "alter".into(), "*".into())]
+    );
+    assert_eq!(
+        admin_acls(&admin_url(&a)),
+        [("User:a-ops".into(), "alter".into(), "*".into())]
+    );
+    b.stop().expect("stop B");
+    a.stop().expect("stop A");
 }

@@ -1,9 +1,9 @@
 //! Mirroring over TLS (`security_protocol = "ssl"`): the source is the
 //! tansu broker behind an OpenSSL TLS endpoint (`socat`), which tansu
 //! advertises, so every connection — bootstrap, metadata, fetchers, group
-//! sync, the coordinator's — goes through TLS. Certificates are made here
-//! with the `openssl` command: a CA, a server certificate for the IP
-//! address 127.0.0.1 only, and a second, unrelated CA.
+//! sync, the coordinator's — goes through TLS. Certificates are made with
+//! the `openssl` command (`common::pki`): a CA, a server certificate for
+//! the IP address 127.0.0.1 only, and a second, unrelated CA.
 //!
 //! - With the CA (`ssl_ca_location`) and the host name checked (the
 //!   default), the topic's batches arrive byte for byte, with its topic id,
@@ -28,7 +28,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,117 +38,11 @@ use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::TopicPartition;
 
 use common::ChildGuard;
+use common::pki::{Pki, make_pki};
 use common::tansu::{Tansu, free_addr, tansu_binary};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Runs `openssl` with `args` in `dir`, which must succeed.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("these tests need the openssl command (scripts/setup.sh installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The files of a test PKI.
-struct Pki {
-    ca: PathBuf,
-    other_ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-/// A CA, a server certificate it signs for IP 127.0.0.1 (no DNS name)
-/// and a client certificate it signs, and a second CA that signs nothing
-/// here.
-fn make_pki(dir: &Path) -> Pki {
-    let days = ["-days", "2"];
-    for ca in ["ca", "other-ca"] {
-        let (key, cert, subject) = (
-            format!("{ca}.key"),
-            format!("{ca}.pem"),
-            format!("/CN=ringmirror test {ca}"),
-        );
-        openssl(
-            dir,
-            &[
-                &[
-                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &cert, "-subj", &subject,
-                ][..],
-                &days,
-            ]
-            .concat(),
-        );
-    }
-    signed_cert(
-        dir,
-        "server",
-        "/CN=127.0.0.1",
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\n",
-    );
-    signed_cert(
-        dir,
-        "client",
-        "/CN=ringmirror",
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
-    );
-    Pki {
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-        ca: dir.join("ca.pem"),
-        other_ca: dir.join("other-ca.pem"),
-        server_cert: dir.join("server.pem"),
-        server_key: dir.join("server.key"),
-    }
-}
-
-/// `<name>.key` and `<name>.pem`: a key and a certificate for `subject`
-/// the CA signs, with the extensions `extensions` (openssl's syntax).
-fn signed_cert(dir: &Path, name: &str, subject: &str, extensions: &str) {
-    let (key, csr, cert, ext) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.pem"),
-        format!("{name}.ext"),
-    );
-    std::fs::write(dir.join(&ext), extensions).unwrap();
-    openssl(
-        dir,
-        &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &cert,
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-        ],
-    );
-}
 
 /// An OpenSSL TLS endpoint on `listen` forwarding each connection in
 /// clear to `target` (socat, one process per connection).

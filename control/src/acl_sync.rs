@@ -21,6 +21,12 @@
 //!    so nothing else can match). Destination bindings outside the setting
 //!    are never touched: ACLs made at the destination for its own use stay.
 //!
+//! **ClusterMirror ACLs are never synced** (as in the KIP's prototype,
+//! which skips them when it deletes): they say who may manage this agent's
+//! mirrors, a local matter. Neither side's ANY listing shows them
+//! ([`ResourceType::is_local`]), so they are never created nor deleted
+//! here, and an include rule naming the type is refused.
+//!
 //! Bindings are compared whole (resource type, name, pattern type,
 //! principal, host, operation, permission type): a changed ACL at the
 //! source is one deletion and one creation. A source binding with a code
@@ -187,6 +193,13 @@ impl AclFilterSetting {
                 if rule.pattern_type == PatternType::Match {
                     return Err(format!(
                         "acls include rule {i}: pattern_type must be any, literal or prefixed"
+                    ));
+                }
+                if rule.resource_type.is_local() {
+                    return Err(format!(
+                        "acls include rule {i}: {} ACLs are this agent's own (who may manage its \
+                         mirrors) and never synced",
+                        rule.resource_type
                     ));
                 }
                 Ok(CompiledRule {
@@ -502,6 +515,21 @@ mod tests {
         assert_eq!(selected(&AclFilterSetting::default()), [0, 1, 2]);
         assert_eq!(selected(&AclFilterSetting::all()), [0, 1, 2, 3, 4]);
         assert!(selected(&AclFilterSetting::none()).is_empty());
+    }
+
+    #[test]
+    fn cluster_mirror_acls_are_never_selected() {
+        let mirror_acl = binding(ResourceType::ClusterMirror, "*", PatternType::Literal, "User:ops");
+        for setting in [
+            AclFilterSetting::all(),
+            AclFilterSetting::default(),
+            AclFilterSetting::rules([AclIncludeRule::named(ResourceType::Any, ".*")]),
+        ] {
+            assert!(!setting.compile().unwrap().wants(&mirror_acl), "{setting:?}");
+        }
+        let by_type = AclFilterSetting::rules([AclIncludeRule::resource(ResourceType::ClusterMirror)]);
+        let e = by_type.validate().unwrap_err();
+        assert!(e.contains("CLUSTER_MIRROR ACLs are this agent's own"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! asynchronous, so an accepted change answers at once with the partitions
 //! it moved and the states show the progress.
 
+use ringmirror_dataplane::serve::acls::{
+    AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType, WILDCARD,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::mirror::MirrorConfig;
@@ -99,6 +102,11 @@ pub enum AdminAnswer {
     },
     Metrics {
         metrics: MetricsSnapshot,
+    },
+    /// ClusterMirror ACLs: all of them (`GET /acls`), or those a change
+    /// created or deleted. Answered by the HTTP server, not the coordinator.
+    Acls {
+        acls: Vec<MirrorAcl>,
     },
 }
 
@@ -297,4 +305,94 @@ impl From<InvalidTransition> for AdminError {
     fn from(e: InvalidTransition) -> Self {
         Self::InvalidTransition(e.to_string())
     }
+}
+
+/// One ClusterMirror ACL as the admin API shows and takes it: who
+/// (principal, host) may or may not (permission type) do what (operation)
+/// to which mirrors (a name, `*`, or with PREFIXED a prefix of names).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorAcl {
+    /// `User:<name>`, or `User:*` for every principal.
+    pub principal: String,
+    /// CREATE, ALTER, DESCRIBE or ALL (case-insensitive).
+    pub operation: AclOperation,
+    /// The mirror's name, `*` (every mirror), or a prefix.
+    pub mirror: String,
+    /// LITERAL (the default) or PREFIXED.
+    #[serde(default = "literal")]
+    pub pattern_type: PatternType,
+    /// ALLOW (the default) or DENY.
+    #[serde(default = "allow")]
+    pub permission_type: AclPermissionType,
+    /// The client's IP address, or `*` (the default): any.
+    #[serde(default = "any_host")]
+    pub host: String,
+}
+
+fn literal() -> PatternType {
+    PatternType::Literal
+}
+
+fn allow() -> AclPermissionType {
+    AclPermissionType::Allow
+}
+
+fn any_host() -> String {
+    WILDCARD.into()
+}
+
+/// The operations a ClusterMirror ACL may name: those the admin API checks.
+pub const MIRROR_ACL_OPERATIONS: [AclOperation; 4] = [
+    AclOperation::All,
+    AclOperation::Create,
+    AclOperation::Alter,
+    AclOperation::Describe,
+];
+
+impl MirrorAcl {
+    /// The binding stored for it (resource type ClusterMirror).
+    pub fn binding(&self) -> AclBinding {
+        AclBinding {
+            resource_type: ResourceType::ClusterMirror,
+            resource_name: self.mirror.clone(),
+            pattern_type: self.pattern_type,
+            principal: self.principal.clone(),
+            host: self.host.clone(),
+            operation: self.operation,
+            permission_type: self.permission_type,
+        }
+    }
+
+    /// The ACL a ClusterMirror binding is (`None` for other types).
+    pub fn from_binding(b: &AclBinding) -> Option<Self> {
+        (b.resource_type == ResourceType::ClusterMirror).then(|| Self {
+            principal: b.principal.clone(),
+            operation: b.operation,
+            mirror: b.resource_name.clone(),
+            pattern_type: b.pattern_type,
+            permission_type: b.permission_type,
+            host: b.host.clone(),
+        })
+    }
+
+    /// Whether it may be created: Kafka's rules for any binding, and an
+    /// operation the admin API checks (a typo would grant nothing).
+    pub fn validate(&self) -> Result<(), String> {
+        if !MIRROR_ACL_OPERATIONS.contains(&self.operation) {
+            return Err(format!(
+                "a ClusterMirror ACL's operation is CREATE, ALTER, DESCRIBE or ALL, not {}",
+                self.operation
+            ));
+        }
+        self.binding().validate()
+    }
+}
+
+/// The body of `POST /acls` and `DELETE /acls`: the ACLs to create or
+/// delete (exactly these).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclsBody {
+    pub acls: Vec<MirrorAcl>,
 }

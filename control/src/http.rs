@@ -6,20 +6,24 @@
 //! The server is axum on a tokio *current-thread* runtime in its own OS
 //! thread. DESIGN.md names tokio-uring for the control plane; admin traffic
 //! is a few requests a minute, so plain tokio (epoll) is enough here and
-//! keeps io_uring out of this path.
+//! keeps io_uring out of this path. With a certificate it speaks HTTPS
+//! only ([`crate::admin_tls`]).
 //!
-//! | route | request | success |
-//! | --- | --- | --- |
-//! | `POST /mirrors` (body: a [`MirrorConfig`]) | CreateMirror | 201 |
-//! | `GET /mirrors` | ListMirrors | 200 |
-//! | `GET /mirrors/{name}` | DescribeMirror | 200 |
-//! | `DELETE /mirrors/{name}` | DeleteMirror | 200 |
-//! | `POST /mirrors/{name}/topics` (body: [`TopicsBody`]) | AddTopics | 202 |
-//! | `DELETE /mirrors/{name}/topics` (body: [`TopicsBody`]) | RemoveTopics | 202 |
-//! | `POST /mirrors/{name}/pause`, `resume`, `stop`, `restart` (optional [`TopicsBody`]; none or empty: all topics) | Pause, Resume, Stop, Restart | 202 |
-//! | `GET /status` | Status | 200 |
-//! | `GET /metrics` | Metrics, rendered by [`crate::metrics::render`] | 200, `text/plain; version=0.0.4` |
-//! | `GET /health` | — | 200 `ok` |
+//! | route | request | ClusterMirror operation | success |
+//! | --- | --- | --- | --- |
+//! | `POST /mirrors` (body: a [`MirrorConfig`]) | CreateMirror | CREATE | 201 |
+//! | `GET /mirrors` | ListMirrors | DESCRIBE (listing filtered) | 200 |
+//! | `GET /mirrors/{name}` | DescribeMirror | DESCRIBE | 200 |
+//! | `PUT /mirrors/{name}` (body: a [`MirrorConfig`]) | UpdateMirror | ALTER | 202 |
+//! | `DELETE /mirrors/{name}` | DeleteMirror | ALTER | 200 |
+//! | `POST /mirrors/{name}/topics` (body: [`TopicsBody`]) | AddTopics | ALTER | 202 |
+//! | `DELETE /mirrors/{name}/topics` (body: [`TopicsBody`]) | RemoveTopics | ALTER | 202 |
+//! | `POST /mirrors/{name}/pause`, `resume`, `stop`, `restart` (optional [`TopicsBody`]; none or empty: all topics) | Pause, Resume, Stop, Restart | ALTER | 202 |
+//! | `POST /mirrors/{name}/sync` | Sync | ALTER | 202 |
+//! | `GET /status` | Status | DESCRIBE (filtered) | 200 |
+//! | `GET /metrics` | Metrics, rendered by [`crate::metrics::render`] | DESCRIBE (filtered) | 200, `text/plain; version=0.0.4` |
+//! | `GET /acls`, `POST /acls`, `DELETE /acls` (body: [`AclsBody`]) | — (the ACL store) | the admin token only | 200, 201, 200 |
+//! | `GET /health` | — | — | 200 `ok` |
 //!
 //! Successful JSON bodies are the coordinator's [`AdminAnswer`] as it
 //! serializes (tagged with `"answer"`). Every error is an [`ErrorBody`]
@@ -30,32 +34,41 @@
 //! is 404 `not_found`, a known route with another method 405
 //! `method_not_allowed`.
 //!
-//! **Authentication.** Started with an [`AdminToken`], every request but
-//! `GET /health` (liveness probes) must carry `Authorization: Bearer
-//! <token>`; any other request is answered 401 `unauthorized` with
-//! `WWW-Authenticate: Bearer realm="ringmirror"` before it is routed (so an
-//! unknown route is 401 too, and nothing reaches the coordinator). The
-//! server keeps only the token's SHA-256 and compares digests in constant
-//! time; neither the token nor the `Authorization` header is ever logged
-//! or echoed in an answer. Without a token the API is open, and a server
-//! bound to an address other than loopback says so once, at start.
+//! **Authentication and authorization** ([`crate::admin_auth`]). With an
+//! admin token or principals, every request but `GET /health` (liveness
+//! probes) must carry `Authorization: Bearer <token>`; any other request
+//! is answered 401 `unauthorized` with `WWW-Authenticate: Bearer
+//! realm="ringmirror"` before it is routed (so an unknown route is 401
+//! too, and nothing reaches the coordinator). A principal's request is
+//! then checked against the ClusterMirror ACLs for the operation in the
+//! table, on the mirror the route names (a new mirror's own name for
+//! CREATE) — 403 `CLUSTER_MIRROR_AUTHORIZATION_FAILED` before it reaches
+//! the coordinator — and listings keep only the mirrors it may describe.
+//! Without a token the API is open, and a server bound to an address
+//! other than loopback says so once, at start; one with tokens in clear
+//! off loopback warns that they travel in clear.
 
-use std::io::Read as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::extract::{ConnectInfo, FromRef, Path, Request, State};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
-use ringmirror_dataplane::sasl::Secret;
+use axum::routing::{MethodFilter, MethodRouter, get, on, post};
+use ringmirror_dataplane::serve::AclStore;
+use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation};
 use serde::de::DeserializeOwned;
 
-use crate::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, TopicsBody};
+use crate::admin::{AclsBody, AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, MirrorAcl, TopicsBody};
+use crate::admin_auth::{Access, AdminAuth, Forbidden};
+pub use crate::admin_auth::{AdminPrincipals, AdminToken, TOKEN_FILE_BYTES_MAX, UNAUTHORIZED};
+use crate::admin_tls::{AdminListener, Peer};
 use crate::mirror::MirrorConfig;
 
 /// Where the admin API listens unless configured otherwise.
@@ -74,95 +87,39 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// credentials (RFC 6750: the bearer scheme, our realm).
 pub const AUTH_CHALLENGE: &str = r#"Bearer realm="ringmirror""#;
 
-/// The error kind of a request refused for its credentials (401).
-pub const UNAUTHORIZED: &str = "unauthorized";
-
-/// Largest token file read: a token is tens of bytes; the bound keeps a
-/// wrong path (a log, a device) from being read whole.
-pub const TOKEN_FILE_BYTES_MAX: u64 = 4096;
-
 type Calls = async_channel::Sender<AdminCall>;
 
-/// The admin API's bearer token: what the server requires and the CLI
-/// sends. Visible ASCII without spaces (it travels in an HTTP header);
-/// `Debug` shows `***`, so it never reaches a log line or an error message.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AdminToken(Secret);
+/// How the admin API is guarded (see [`AdminServer::start_with`]); the
+/// default is an open API in clear.
+#[derive(Default)]
+pub struct AdminSecurity {
+    /// The admin token: its bearer may do everything.
+    pub token: Option<AdminToken>,
+    /// Tokens of principals, whom the ClusterMirror ACLs authorize.
+    pub principals: Option<AdminPrincipals>,
+    /// The agent's ACLs: the principals' ClusterMirror ACLs, and `/acls`.
+    pub acls: Option<Arc<AclStore>>,
+    /// The certificate and key of HTTPS; `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
 
-impl AdminToken {
-    /// `token` without its surrounding whitespace; the reason it cannot be
-    /// a token otherwise (the reason never quotes it).
-    pub fn new(token: &str) -> Result<Self, &'static str> {
-        let token = token.trim_ascii();
-        if token.is_empty() {
-            return Err("is empty");
-        }
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "holds a space or a character that is not visible ASCII, which cannot be sent \
-                 in an HTTP header (make one with `openssl rand -hex 32`)",
-            );
-        }
-        Ok(Self(Secret::new(token)))
-    }
+/// What the handlers share: the coordinator's channel and the
+/// authentication (with the ACL store).
+#[derive(Clone)]
+struct Api {
+    calls: Calls,
+    auth: Arc<AdminAuth>,
+}
 
-    /// Reads the token from `path` (at most [`TOKEN_FILE_BYTES_MAX`]
-    /// bytes; surrounding whitespace and line breaks dropped). The error
-    /// names the path, never the content.
-    pub fn read_file(path: &std::path::Path) -> anyhow::Result<Self> {
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|file| file.take(TOKEN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes))
-            .with_context(|| format!("cannot read the admin token file {}", path.display()))?;
-        anyhow::ensure!(
-            bytes.len() as u64 <= TOKEN_FILE_BYTES_MAX,
-            "the admin token file {} is larger than {TOKEN_FILE_BYTES_MAX} bytes: not a token file",
-            path.display()
-        );
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| anyhow::anyhow!("the admin token file {} holds bytes that are not ASCII", path.display()))?;
-        Self::new(text).map_err(|reason| anyhow::anyhow!("the admin token file {} {reason}", path.display()))
-    }
-
-    /// The token itself: only where it is sent, never formatted.
-    pub fn expose(&self) -> &str {
-        self.0.expose()
-    }
-
-    /// The `Authorization` header's value that carries it.
-    pub fn authorization(&self) -> String {
-        format!("Bearer {}", self.expose())
-    }
-
-    fn digest(&self) -> TokenDigest {
-        TokenDigest(digest(self.expose().as_bytes()))
+impl FromRef<Api> for Calls {
+    fn from_ref(api: &Api) -> Self {
+        api.calls.clone()
     }
 }
 
-impl std::fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AdminToken({:?})", self.0)
-    }
-}
-
-/// What the server keeps of the token: its SHA-256. Comparing digests
-/// makes the comparison's time independent of the token's length and of
-/// where a guess first differs.
-#[derive(Clone, Copy)]
-struct TokenDigest([u8; 32]);
-
-/// SHA-256 (the same digest SASL/PLAIN keeps of a password).
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    ringmirror_dataplane::sasl::plain::password_digest(bytes)
-}
-
-impl TokenDigest {
-    /// Whether `presented` is the token, in time independent of both.
-    fn matches(&self, presented: &[u8]) -> bool {
-        let presented = digest(presented);
-        let difference = self.0.iter().zip(&presented).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        // Keeps the compiler from turning the fold into an early exit.
-        std::hint::black_box(difference) == 0
+impl FromRef<Api> for Arc<AdminAuth> {
+    fn from_ref(api: &Api) -> Self {
+        Arc::clone(&api.auth)
     }
 }
 
@@ -179,44 +136,77 @@ impl AdminServer {
     /// Binds `addr` (port 0 picks a free port) before returning, so a port
     /// in use fails here, and serves on a thread of its own; requests go to
     /// the coordinator over `calls`. No authentication: see
-    /// [`start_with_token`](Self::start_with_token).
+    /// [`start_with`](Self::start_with).
     pub fn start(addr: SocketAddr, calls: async_channel::Sender<AdminCall>) -> anyhow::Result<AdminServer> {
-        Self::start_with_token(addr, calls, None)
+        Self::start_with(addr, calls, AdminSecurity::default())
     }
 
     /// [`start`](Self::start), requiring `token` (when given) as a bearer
-    /// token on every request but `GET /health`. Without one, a server on
-    /// an address other than loopback warns that the API is open.
+    /// token on every request but `GET /health`.
     pub fn start_with_token(
         addr: SocketAddr,
         calls: async_channel::Sender<AdminCall>,
         token: Option<AdminToken>,
     ) -> anyhow::Result<AdminServer> {
+        Self::start_with(
+            addr,
+            calls,
+            AdminSecurity {
+                token,
+                ..AdminSecurity::default()
+            },
+        )
+    }
+
+    /// [`start`](Self::start), guarded by `security`: a token or principals
+    /// required on every request but `GET /health`, HTTPS with a
+    /// certificate. Warns at start when the API is open to the network, or
+    /// takes tokens in clear off loopback.
+    pub fn start_with(
+        addr: SocketAddr,
+        calls: async_channel::Sender<AdminCall>,
+        security: AdminSecurity,
+    ) -> anyhow::Result<AdminServer> {
+        let AdminSecurity {
+            token,
+            principals,
+            acls,
+            tls,
+        } = security;
+        let auth = Arc::new(AdminAuth::new(token.as_ref(), principals, acls)?);
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("admin API: bind {addr}"))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let auth = token.as_ref().map(AdminToken::digest);
-        if open_to_network(addr, auth.is_some()) {
+        if open_to_network(addr, auth.required()) {
             tracing::warn!(
                 %addr,
                 "the admin API has no authentication and is open to the network: \
                  set [admin] token_file, or bind it to loopback"
             );
         }
+        if tokens_in_clear(addr, auth.required(), tls.is_some()) {
+            tracing::warn!(
+                %addr,
+                "the admin API's bearer tokens travel in clear off loopback: set [admin] \
+                 ssl_certificate_location and ssl_key_location, or bind it to loopback"
+            );
+        }
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (stop, stopped) = async_channel::bounded::<()>(1);
+        let authentication = auth.mode();
+        let router = router(Api { calls, auth });
         let thread = std::thread::Builder::new()
             .name("ringmirror-admin".into())
             .spawn(move || {
-                let served = runtime.block_on(serve(listener, router(calls, auth), stopped));
+                let served = runtime.block_on(serve(listener, tls, router, stopped));
                 if let Err(e) = served {
                     tracing::error!(%addr, "admin API server failed: {e}");
                 }
                 // Dropping the runtime here ends connections still open
                 // after the grace period.
             })?;
-        let authentication = if token.is_some() { "bearer token" } else { "none" };
-        tracing::info!(%addr, authentication, "admin API listening");
+        tracing::info!(%addr, scheme, authentication, "admin API listening");
         Ok(AdminServer {
             addr,
             stop: Some(stop),
@@ -257,17 +247,26 @@ fn open_to_network(addr: SocketAddr, authenticated: bool) -> bool {
     !authenticated && !addr.ip().is_loopback()
 }
 
+/// Whether bearer tokens cross a network in clear: required, no TLS, and
+/// not bound to loopback.
+fn tokens_in_clear(addr: SocketAddr, authenticated: bool, tls: bool) -> bool {
+    authenticated && !tls && !addr.ip().is_loopback()
+}
+
 async fn serve(
     listener: std::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
     stopped: async_channel::Receiver<()>,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let listener = AdminListener::new(tokio::net::TcpListener::from_std(listener)?, tls);
     let signal = stopped.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        // Err: the sender was dropped, which is the signal.
-        let _ = signal.recv().await;
-    });
+    let server = axum::serve(listener, router.into_make_service_with_connect_info::<Peer>()).with_graceful_shutdown(
+        async move {
+            // Err: the sender was dropped, which is the signal.
+            let _ = signal.recv().await;
+        },
+    );
     let grace_over = async {
         let _ = stopped.recv().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -281,58 +280,105 @@ async fn serve(
     }
 }
 
-/// The routes; with `auth`, behind [`authenticate`] (fallbacks included,
-/// so an unknown route answers 401 rather than telling what exists).
-fn router(calls: Calls, auth: Option<TokenDigest>) -> Router {
-    let routes = Router::new()
+/// The routes, behind [`authenticate`] (fallbacks included, so an unknown
+/// route answers 401 rather than telling what exists).
+fn router(api: Api) -> Router {
+    Router::new()
         .route("/mirrors", post(create_mirror).get(list_mirrors))
         .route(
             "/mirrors/{name}",
-            get(describe_mirror).put(update_mirror).delete(delete_mirror),
+            on_mirror(MethodFilter::GET, AclOperation::Describe, StatusCode::OK, |mirror| {
+                AdminRequest::DescribeMirror { mirror }
+            })
+            .put(update_mirror)
+            .merge(on_mirror(
+                MethodFilter::DELETE,
+                AclOperation::Alter,
+                StatusCode::OK,
+                |mirror| AdminRequest::DeleteMirror { mirror },
+            )),
         )
-        .route("/mirrors/{name}/topics", post(add_topics).delete(remove_topics))
+        .route(
+            "/mirrors/{name}/topics",
+            topic_change(MethodFilter::POST, true, |mirror, topics| AdminRequest::AddTopics {
+                mirror,
+                topics,
+            })
+            .merge(topic_change(MethodFilter::DELETE, true, |mirror, topics| {
+                AdminRequest::RemoveTopics { mirror, topics }
+            })),
+        )
         .route(
             "/mirrors/{name}/pause",
-            topic_change(|mirror, topics| AdminRequest::Pause { mirror, topics }),
+            topic_change(MethodFilter::POST, false, |mirror, topics| AdminRequest::Pause {
+                mirror,
+                topics,
+            }),
         )
         .route(
             "/mirrors/{name}/resume",
-            topic_change(|mirror, topics| AdminRequest::Resume { mirror, topics }),
+            topic_change(MethodFilter::POST, false, |mirror, topics| AdminRequest::Resume {
+                mirror,
+                topics,
+            }),
         )
         .route(
             "/mirrors/{name}/stop",
-            topic_change(|mirror, topics| AdminRequest::Stop { mirror, topics }),
+            topic_change(MethodFilter::POST, false, |mirror, topics| AdminRequest::Stop {
+                mirror,
+                topics,
+            }),
         )
         .route(
             "/mirrors/{name}/restart",
-            topic_change(|mirror, topics| AdminRequest::Restart { mirror, topics }),
+            topic_change(MethodFilter::POST, false, |mirror, topics| AdminRequest::Restart {
+                mirror,
+                topics,
+            }),
         )
-        .route("/mirrors/{name}/sync", post(sync_mirror))
+        .route(
+            "/mirrors/{name}/sync",
+            on_mirror(
+                MethodFilter::POST,
+                AclOperation::Alter,
+                StatusCode::ACCEPTED,
+                |mirror| AdminRequest::Sync { mirror },
+            ),
+        )
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/acls", get(list_acls).post(create_acls).delete(delete_acls))
         .route("/health", get(|| async { "ok" }))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
-    let routes = match auth {
-        Some(auth) => routes.layer(middleware::from_fn_with_state(auth, authenticate)),
-        None => routes,
-    };
-    routes.with_state(calls)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(Arc::clone(&api.auth), authenticate))
+        .with_state(api)
 }
 
-/// Lets through `GET /health` and requests bearing the token; answers any
-/// other with 401. Logs why (at debug), never what was presented.
-async fn authenticate(State(auth): State<TokenDigest>, request: Request, next: Next) -> Response {
+/// Lets through `GET /health`, and requests of a known caller with what
+/// it may do ([`Access`]) attached; answers any other with 401. Logs why
+/// (at debug), never what was presented.
+async fn authenticate(
+    State(auth): State<Arc<AdminAuth>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let health = request.uri().path() == "/health" && matches!(*request.method(), Method::GET | Method::HEAD);
     if health {
         return next.run(request).await;
     }
-    match check_bearer(&auth, request.headers()) {
-        Ok(()) => next.run(request).await,
+    match auth.authenticate(request.headers()) {
+        Ok(caller) => {
+            let access = auth.access(caller, peer.ip().to_string());
+            request.extensions_mut().insert(access);
+            next.run(request).await
+        }
         Err(refusal) => {
             tracing::debug!(
                 method = %request.method(),
                 path = request.uri().path(),
+                %peer,
                 "admin API: request refused: {refusal}"
             );
             ApiError {
@@ -347,29 +393,6 @@ async fn authenticate(State(auth): State<TokenDigest>, request: Request, next: N
     }
 }
 
-/// Whether the request carries the token: one `Authorization` header, the
-/// `Bearer` scheme (any case, RFC 7235), the token. The reason if not.
-fn check_bearer(auth: &TokenDigest, headers: &HeaderMap) -> Result<(), &'static str> {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return Err(if headers.contains_key(header::AUTHORIZATION) {
-            "more than one Authorization header"
-        } else {
-            "the admin API requires a bearer token (Authorization: Bearer <token>)"
-        });
-    };
-    let value = value.as_bytes().trim_ascii();
-    let scheme_end = value.iter().position(|&b| b == b' ').unwrap_or(value.len());
-    let (scheme, credentials) = value.split_at(scheme_end);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return Err("the admin API takes only bearer tokens (Authorization: Bearer <token>)");
-    }
-    if !auth.matches(credentials.trim_ascii()) {
-        return Err("the bearer token is not the admin API's");
-    }
-    Ok(())
-}
-
 /// An error answer: a status and an [`ErrorBody`].
 struct ApiError {
     status: StatusCode,
@@ -381,6 +404,18 @@ impl From<AdminError> for ApiError {
         Self {
             status: StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body: ErrorBody::from(&e),
+        }
+    }
+}
+
+impl From<Forbidden> for ApiError {
+    fn from(f: Forbidden) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            body: ErrorBody {
+                error: f.error.into(),
+                message: f.message,
+            },
         }
     }
 }
@@ -447,8 +482,9 @@ fn topics(body: &[u8], required: bool) -> Result<Vec<String>, ApiError> {
     Ok(topics)
 }
 
-async fn create_mirror(State(calls): State<Calls>, body: Bytes) -> Answer {
+async fn create_mirror(State(calls): State<Calls>, Extension(access): Extension<Access>, body: Bytes) -> Answer {
     let mut config: MirrorConfig = parse(&body, "a mirror definition (JSON)")?;
+    access.check(AclOperation::Create, &config.name)?;
     // Accept what the TOML file accepts: "h1:9092,h2:9092" entries.
     config.normalize();
     json(
@@ -457,7 +493,13 @@ async fn create_mirror(State(calls): State<Calls>, body: Bytes) -> Answer {
     )
 }
 
-async fn update_mirror(State(calls): State<Calls>, Path(mirror): Path<String>, body: Bytes) -> Answer {
+async fn update_mirror(
+    State(calls): State<Calls>,
+    Extension(access): Extension<Access>,
+    Path(mirror): Path<String>,
+    body: Bytes,
+) -> Answer {
+    access.check(AclOperation::Alter, &mirror)?;
     let mut config: MirrorConfig = parse(&body, "a mirror definition (JSON)")?;
     if config.name != mirror {
         return Err(AdminError::Invalid(format!(
@@ -473,60 +515,56 @@ async fn update_mirror(State(calls): State<Calls>, Path(mirror): Path<String>, b
     )
 }
 
-async fn sync_mirror(State(calls): State<Calls>, Path(mirror): Path<String>) -> Answer {
-    json(StatusCode::ACCEPTED, call(&calls, AdminRequest::Sync { mirror }).await?)
+async fn list_mirrors(State(calls): State<Calls>, Extension(access): Extension<Access>) -> Answer {
+    let answer = call(&calls, AdminRequest::ListMirrors).await?;
+    json(StatusCode::OK, access.filter(answer))
 }
 
-async fn list_mirrors(State(calls): State<Calls>) -> Answer {
-    json(StatusCode::OK, call(&calls, AdminRequest::ListMirrors).await?)
-}
-
-async fn describe_mirror(State(calls): State<Calls>, Path(mirror): Path<String>) -> Answer {
-    json(
-        StatusCode::OK,
-        call(&calls, AdminRequest::DescribeMirror { mirror }).await?,
+/// A route of one mirror without a body: `operation` on the mirror, then
+/// `request` answered with `status`.
+fn on_mirror(
+    method: MethodFilter,
+    operation: AclOperation,
+    status: StatusCode,
+    request: fn(String) -> AdminRequest,
+) -> MethodRouter<Api> {
+    on(
+        method,
+        move |State(calls): State<Calls>, Extension(access): Extension<Access>, Path(mirror): Path<String>| async move {
+            access.check(operation, &mirror)?;
+            json(status, call(&calls, request(mirror)).await?)
+        },
     )
 }
 
-async fn delete_mirror(State(calls): State<Calls>, Path(mirror): Path<String>) -> Answer {
-    json(
-        StatusCode::OK,
-        call(&calls, AdminRequest::DeleteMirror { mirror }).await?,
-    )
-}
-
-async fn add_topics(State(calls): State<Calls>, Path(mirror): Path<String>, body: Bytes) -> Answer {
-    let topics = topics(&body, true)?;
-    json(
-        StatusCode::ACCEPTED,
-        call(&calls, AdminRequest::AddTopics { mirror, topics }).await?,
-    )
-}
-
-async fn remove_topics(State(calls): State<Calls>, Path(mirror): Path<String>, body: Bytes) -> Answer {
-    let topics = topics(&body, true)?;
-    json(
-        StatusCode::ACCEPTED,
-        call(&calls, AdminRequest::RemoveTopics { mirror, topics }).await?,
-    )
-}
-
-/// `POST /mirrors/{name}/<action>` with an optional topics body.
-fn topic_change(request: fn(String, Vec<String>) -> AdminRequest) -> MethodRouter<Calls> {
-    post(
-        move |State(calls): State<Calls>, Path(mirror): Path<String>, body: Bytes| async move {
-            let topics = topics(&body, false)?;
+/// A route of one mirror with a topics body (ALTER, 202): `required`, it
+/// must name topics (add, remove); else none means all of the mirror's
+/// (pause, resume, stop, restart).
+fn topic_change(
+    method: MethodFilter,
+    required: bool,
+    request: fn(String, Vec<String>) -> AdminRequest,
+) -> MethodRouter<Api> {
+    on(
+        method,
+        move |State(calls): State<Calls>,
+              Extension(access): Extension<Access>,
+              Path(mirror): Path<String>,
+              body: Bytes| async move {
+            access.check(AclOperation::Alter, &mirror)?;
+            let topics = topics(&body, required)?;
             json(StatusCode::ACCEPTED, call(&calls, request(mirror, topics)).await?)
         },
     )
 }
 
-async fn status(State(calls): State<Calls>) -> Answer {
-    json(StatusCode::OK, call(&calls, AdminRequest::Status).await?)
+async fn status(State(calls): State<Calls>, Extension(access): Extension<Access>) -> Answer {
+    let answer = call(&calls, AdminRequest::Status).await?;
+    json(StatusCode::OK, access.filter(answer))
 }
 
-async fn metrics(State(calls): State<Calls>) -> Answer {
-    match call(&calls, AdminRequest::Metrics).await? {
+async fn metrics(State(calls): State<Calls>, Extension(access): Extension<Access>) -> Answer {
+    match access.filter(call(&calls, AdminRequest::Metrics).await?) {
         AdminAnswer::Metrics { metrics } => Ok((
             [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
             crate::metrics::render(&metrics),
@@ -534,6 +572,75 @@ async fn metrics(State(calls): State<Calls>) -> Answer {
             .into_response()),
         other => Err(unexpected("metrics", &other)),
     }
+}
+
+/// The ACL store, or 503 when this server was started without one.
+fn acl_store(auth: &AdminAuth) -> Result<&Arc<AclStore>, ApiError> {
+    auth.acls()
+        .ok_or_else(|| AdminError::Unavailable("this admin API has no ACL store".into()).into())
+}
+
+/// The ClusterMirror ACLs of `bindings`, as the API shows them.
+fn mirror_acls(bindings: &[AclBinding]) -> AdminAnswer {
+    AdminAnswer::Acls {
+        acls: bindings.iter().filter_map(MirrorAcl::from_binding).collect(),
+    }
+}
+
+/// The ACLs of an `/acls` body, each valid; the bindings to store.
+fn acls_body(body: &[u8]) -> Result<Vec<AclBinding>, ApiError> {
+    let AclsBody { acls } = parse(
+        body,
+        r#"{"acls": [{"principal": ..., "operation": ..., "mirror": ...}]}"#,
+    )?;
+    if acls.is_empty() {
+        return Err(AdminError::Invalid("the body names no ACLs".into()).into());
+    }
+    acls.iter()
+        .map(|acl| {
+            acl.validate()
+                .map(|()| acl.binding())
+                .map_err(|e| AdminError::Invalid(format!("{}: {e}", acl.binding())).into())
+        })
+        .collect()
+}
+
+async fn list_acls(State(auth): State<Arc<AdminAuth>>, Extension(access): Extension<Access>) -> Answer {
+    access.check_acl_admin()?;
+    let filter = AclBindingFilter {
+        resource_type: ringmirror_dataplane::serve::acls::ResourceType::ClusterMirror,
+        ..AclBindingFilter::any()
+    };
+    json(StatusCode::OK, mirror_acls(&acl_store(&auth)?.describe(&filter)))
+}
+
+/// `POST /acls`: creates the body's ACLs; answers those that were new.
+async fn create_acls(State(auth): State<Arc<AdminAuth>>, Extension(access): Extension<Access>, body: Bytes) -> Answer {
+    access.check_acl_admin()?;
+    let bindings = acls_body(&body)?;
+    let store = acl_store(&auth)?;
+    let held = store.snapshot().1;
+    let mut new: Vec<AclBinding> = bindings.into_iter().filter(|b| !held.contains(b)).collect();
+    new.sort();
+    new.dedup();
+    store
+        .create(&new)
+        .map_err(|e| AdminError::Internal(format!("cannot store the ACLs: {e}")))?;
+    tracing::info!(acls = new.len(), "admin API: ClusterMirror ACLs created");
+    json(StatusCode::CREATED, mirror_acls(&new))
+}
+
+/// `DELETE /acls`: deletes exactly the body's ACLs; answers those that
+/// were there.
+async fn delete_acls(State(auth): State<Arc<AdminAuth>>, Extension(access): Extension<Access>, body: Bytes) -> Answer {
+    access.check_acl_admin()?;
+    let filters: Vec<AclBindingFilter> = acls_body(&body)?.iter().map(AclBindingFilter::exact).collect();
+    let deleted = acl_store(&auth)?
+        .delete(&filters)
+        .map_err(|e| AdminError::Internal(format!("cannot store the deletion: {e}")))?;
+    let deleted: Vec<AclBinding> = deleted.into_iter().flatten().collect();
+    tracing::info!(acls = deleted.len(), "admin API: ClusterMirror ACLs deleted");
+    json(StatusCode::OK, mirror_acls(&deleted))
 }
 
 /// The coordinator answered with the wrong kind of answer: a bug there,
@@ -605,6 +712,16 @@ mod tests {
     }
 
     fn fixture_with_token(script: Script, token: Option<AdminToken>) -> Fixture {
+        fixture_with(
+            script,
+            AdminSecurity {
+                token,
+                ..AdminSecurity::default()
+            },
+        )
+    }
+
+    fn fixture_with(script: Script, security: AdminSecurity) -> Fixture {
         let (calls, incoming) = async_channel::unbounded::<AdminCall>();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
@@ -615,7 +732,7 @@ mod tests {
                 let _ = reply.send_blocking(answer);
             }
         });
-        let server = AdminServer::start_with_token("127.0.0.1:0".parse().unwrap(), calls, token).unwrap();
+        let server = AdminServer::start_with("127.0.0.1:0".parse().unwrap(), calls, security).unwrap();
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(10)))
@@ -1189,66 +1306,288 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_trimmed_visible_ascii_and_never_formatted() {
-        let token = AdminToken::new(" \t abc-DEF_123.~+/=\r\n").unwrap();
-        assert_eq!(token.expose(), "abc-DEF_123.~+/=");
-        assert_eq!(token.authorization(), "Bearer abc-DEF_123.~+/=");
-        assert_eq!(format!("{token:?}"), "AdminToken(***)");
-        for bad in ["", " \n\t ", "two words", "tab\tinside", "caf\u{e9}", "nul\0"] {
-            let err = AdminToken::new(bad).unwrap_err();
-            assert!(!err.contains(bad.trim()) || bad.trim().is_empty(), "{err}");
-        }
-        assert_eq!(AdminToken::new("\n").unwrap_err(), "is empty");
-        assert!(AdminToken::new("two words").unwrap_err().contains("visible ASCII"));
-
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("token");
-        std::fs::write(&file, "  hunter2-token \n").unwrap();
-        assert_eq!(AdminToken::read_file(&file).unwrap().expose(), "hunter2-token");
-        let err = |content: &[u8]| {
-            std::fs::write(&file, content).unwrap();
-            let e = format!("{:#}", AdminToken::read_file(&file).unwrap_err());
-            assert!(e.contains(&file.display().to_string()), "{e}");
-            e
-        };
-        assert!(err(b"").ends_with("is empty"));
-        assert!(err(b"\n\n").ends_with("is empty"));
-        let e = err(b"hunter2 token\n");
-        assert!(e.contains("visible ASCII") && !e.contains("hunter2"), "{e}");
-        let e = err(b"hunter2\xff");
-        assert!(e.contains("not ASCII") && !e.contains("hunter2"), "{e}");
-        let e = err(&vec![b'a'; TOKEN_FILE_BYTES_MAX as usize + 1]);
-        assert!(e.contains("larger than 4096 bytes"), "{e}");
-        std::fs::write(&file, vec![b'a'; TOKEN_FILE_BYTES_MAX as usize]).unwrap();
-        assert_eq!(AdminToken::read_file(&file).unwrap().expose().len(), 4096);
-        let missing = dir.path().join("missing");
-        let e = format!("{:#}", AdminToken::read_file(&missing).unwrap_err());
-        assert!(
-            e.starts_with(&format!("cannot read the admin token file {}: ", missing.display())),
-            "{e}"
-        );
-        let e = format!("{:#}", AdminToken::read_file(dir.path()).unwrap_err());
-        assert!(e.contains("cannot read the admin token file"), "{e}");
-    }
-
-    #[test]
     fn only_an_unauthenticated_server_off_loopback_is_open_to_the_network() {
         let open = |addr: &str, authenticated| open_to_network(addr.parse().unwrap(), authenticated);
+        let in_clear = |addr: &str, authenticated, tls| tokens_in_clear(addr.parse().unwrap(), authenticated, tls);
         for addr in ["127.0.0.1:9644", "127.0.0.2:1", "[::1]:9644"] {
             assert!(!open(addr, false), "{addr}");
+            assert!(!in_clear(addr, true, false), "{addr}");
         }
         for addr in ["0.0.0.0:9644", "[::]:9644", "10.1.2.3:9644", "[fd00::1]:1"] {
             assert!(open(addr, false), "{addr}");
             assert!(!open(addr, true), "{addr}");
+            // Tokens in clear off loopback; not with TLS, nor without tokens.
+            assert!(in_clear(addr, true, false), "{addr}");
+            assert!(!in_clear(addr, true, true) && !in_clear(addr, false, false), "{addr}");
         }
     }
 
+    /// The hex SHA-256 of `token`, as the principals file holds it.
+    fn token_hash(token: &str) -> String {
+        ringmirror_dataplane::sasl::plain::password_digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// A coordinator of three mirrors, `dr`, `other` and `secret`, whose
+    /// listings name all three.
+    fn three_mirrors(request: &AdminRequest) -> Result<AdminAnswer, AdminError> {
+        let names = ["dr", "other", "secret"];
+        let in_mirror = |mirror: &str, partition| PartitionView {
+            mirror: mirror.into(),
+            ..view("orders", partition)
+        };
+        Ok(match request {
+            AdminRequest::ListMirrors => AdminAnswer::Mirrors {
+                mirrors: names
+                    .iter()
+                    .map(|name| MirrorSummary {
+                        name: (*name).into(),
+                        bootstrap_servers: vec!["a:1".into()],
+                        source_cluster_id: None,
+                        partitions: 1,
+                        states: BTreeMap::new(),
+                    })
+                    .collect(),
+            },
+            AdminRequest::Status => AdminAnswer::Status {
+                partitions: names.iter().map(|m| in_mirror(m, 0)).collect(),
+            },
+            AdminRequest::Metrics => AdminAnswer::Metrics {
+                metrics: MetricsSnapshot {
+                    partitions: names
+                        .iter()
+                        .map(|m| crate::admin::PartitionMetrics {
+                            view: in_mirror(m, 0),
+                            bytes_mirrored: 1,
+                            batches_mirrored: 1,
+                            epoch_bumps: 0,
+                            crc_failures: 0,
+                            truncations: 0,
+                        })
+                        .collect(),
+                    mirrors: names
+                        .iter()
+                        .map(|m| MirrorMetrics {
+                            mirror: (*m).into(),
+                            fetch_errors: BTreeMap::new(),
+                            fetch_latency_us: vec![],
+                            fetches: 1,
+                            sync_halted: false,
+                        })
+                        .collect(),
+                },
+            },
+            AdminRequest::DescribeMirror { mirror } => AdminAnswer::Status {
+                partitions: vec![in_mirror(mirror, 0)],
+            },
+            other => return healthy(other),
+        })
+    }
+
     #[test]
-    fn digests_match_only_the_token() {
-        let d = AdminToken::new("token").unwrap().digest();
-        assert!(d.matches(b"token"));
-        for other in [&b""[..], b"toke", b"token ", b"tokem", b"Token", b"tokentoken"] {
-            assert!(!d.matches(other), "{other:?}");
+    fn principals_get_each_route_checked_against_its_cluster_mirror_operation() {
+        use ringmirror_dataplane::serve::acls::{AclPermissionType, PatternType, ResourceType};
+        let dir = tempfile::tempdir().unwrap();
+        let acls = Arc::new(AclStore::open(dir.path().join("acls")).unwrap());
+        let acl = |name: &str, pattern, principal: &str, operation, permission| {
+            AclBinding::from_any_host(
+                ResourceType::ClusterMirror,
+                name,
+                pattern,
+                principal,
+                operation,
+                permission,
+            )
+        };
+        use AclOperation::{All, Alter, Create, Describe};
+        use AclPermissionType::{Allow, Deny};
+        use PatternType::{Literal, Prefixed};
+        acls.create(&[
+            acl("dr", Literal, "User:ro", Describe, Allow),
+            acl("*", Literal, "User:ops", Alter, Allow),
+            acl("secret", Literal, "User:ops", All, Deny),
+            acl("new-", Prefixed, "User:maker", Create, Allow),
+        ])
+        .unwrap();
+        let principals = AdminPrincipals::parse(
+            &["ro", "ops", "maker", "nobody"]
+                .map(|p| format!("User:{p} sha256:{}\n", token_hash(&format!("{p}-token"))))
+                .concat(),
+        )
+        .unwrap();
+        let f = fixture_with(
+            Box::new(three_mirrors),
+            AdminSecurity {
+                token: Some(AdminToken::new("admin-token").unwrap()),
+                principals: Some(principals),
+                acls: Some(Arc::clone(&acls)),
+                tls: None,
+            },
+        );
+        let as_ = |who: &str| format!("Bearer {who}-token");
+        let new_config = json!({"name": "new-dr", "bootstrap_servers": ["a:1"]}).to_string();
+        let topics = r#"{"topics": ["orders"]}"#.to_owned();
+        /// method, path, body, operation, mirror, success.
+        type Route<'a> = (&'a str, String, Option<String>, &'a str, &'a str, u16);
+        let routes: Vec<Route> = vec![
+            ("POST", "/mirrors".into(), Some(new_config), "CREATE", "new-dr", 201),
+            ("GET", "/mirrors/dr".into(), None, "DESCRIBE", "dr", 200),
+            (
+                "PUT",
+                "/mirrors/dr".into(),
+                Some(config_json().to_string()),
+                "ALTER",
+                "dr",
+                202,
+            ),
+            ("DELETE", "/mirrors/dr".into(), None, "ALTER", "dr", 200),
+            (
+                "POST",
+                "/mirrors/dr/topics".into(),
+                Some(topics.clone()),
+                "ALTER",
+                "dr",
+                202,
+            ),
+            ("DELETE", "/mirrors/dr/topics".into(), Some(topics), "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/pause".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/resume".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/stop".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/restart".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/sync".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/secret/stop".into(), None, "ALTER", "secret", 202),
+        ];
+        // Who may: ro DESCRIBEs dr; ops ALTERs (so DESCRIBEs) all but
+        // secret (DENY wins); maker CREATEs new-*; nobody nothing.
+        let allowed = |who: &str, operation: &str, mirror: &str| match who {
+            "ro" => operation == "DESCRIBE" && mirror == "dr",
+            "ops" => operation != "CREATE" && mirror != "secret",
+            "maker" => operation == "CREATE" && mirror.starts_with("new-"),
+            _ => false,
+        };
+        for (method, path, body, operation, mirror, success) in &routes {
+            for who in ["ro", "ops", "maker", "nobody"] {
+                let r = f.send_as(method, path, body.as_deref(), &[&as_(who)]);
+                let what = format!("{method} {path} as User:{who}");
+                if allowed(who, operation, mirror) {
+                    assert_eq!(r.status, *success, "{what}: {}", r.body);
+                    assert_eq!(f.seen().len(), 1, "{what} reached the coordinator");
+                } else {
+                    assert_eq!(
+                        (r.status, r.json()),
+                        (
+                            403,
+                            json!({
+                                "error": "CLUSTER_MIRROR_AUTHORIZATION_FAILED",
+                                "message": format!("User:{who} is not authorized to {operation} ClusterMirror {mirror:?}"),
+                            })
+                        ),
+                        "{what}"
+                    );
+                    assert!(f.seen().is_empty(), "{what}: refused, yet the coordinator was asked");
+                }
+            }
+            // The admin token may do everything.
+            let r = f.send_as(method, path, body.as_deref(), &["Bearer admin-token"]);
+            assert_eq!(r.status, *success, "{method} {path} as the admin: {}", r.body);
+            f.seen();
         }
+
+        // Listings: only what the caller may describe.
+        let listed = |path: &str, list: &str, field: &str, who: &str| -> Vec<String> {
+            let r = f.send_as("GET", path, None, &[&as_(who)]);
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.json()[list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m[field].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let names = |who| listed("/mirrors", "mirrors", "name", who);
+        assert_eq!(names("ro"), ["dr"]);
+        assert_eq!(names("ops"), ["dr", "other"]);
+        assert!(names("nobody").is_empty() && names("maker").is_empty());
+        assert_eq!(names("admin"), ["dr", "other", "secret"]);
+        let status_mirrors = |who| listed("/status", "partitions", "mirror", who);
+        assert_eq!(status_mirrors("ro"), ["dr"]);
+        assert_eq!(status_mirrors("ops"), ["dr", "other"]);
+        assert!(status_mirrors("nobody").is_empty());
+        let metrics = f.send_as("GET", "/metrics", None, &[&as_("ro")]).body;
+        assert!(metrics.contains(r#"mirror="dr""#), "{metrics}");
+        assert!(
+            !metrics.contains(r#"mirror="other""#) && !metrics.contains(r#"mirror="secret""#),
+            "{metrics}"
+        );
+        let all = f.send_as("GET", "/metrics", None, &["Bearer admin-token"]).body;
+        assert!(all.contains(r#"mirror="secret""#), "{all}");
+
+        // ACLs: listed and changed by the admin token only; a change
+        // applies from the next request on.
+        for (method, body) in [
+            ("GET", None),
+            ("POST", Some(r#"{"acls": []}"#)),
+            ("DELETE", Some(r#"{"acls": []}"#)),
+        ] {
+            let r = f.send_as(method, "/acls", body, &[&as_("ops")]);
+            assert_eq!(
+                (r.status, r.json()["error"].clone()),
+                (403, json!("CLUSTER_AUTHORIZATION_FAILED")),
+                "{method}"
+            );
+        }
+        let grant = r#"{"acls": [{"principal": "User:ro", "operation": "alter", "mirror": "dr"}]}"#;
+        let r = f.send_as("POST", "/acls", Some(grant), &["Bearer admin-token"]);
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                201,
+                json!({"answer": "acls", "acls": [{"principal": "User:ro", "operation": "alter", "mirror": "dr",
+                       "pattern_type": "literal", "permission_type": "allow", "host": "*"}]})
+            )
+        );
+        // Again: nothing new.
+        let r = f.send_as("POST", "/acls", Some(grant), &["Bearer admin-token"]);
+        assert_eq!((r.status, r.json()["acls"].clone()), (201, json!([])));
+        assert_eq!(f.send_as("POST", "/mirrors/dr/stop", None, &[&as_("ro")]).status, 202);
+        f.seen();
+        let r = f.send_as("GET", "/acls", None, &["Bearer admin-token"]);
+        assert_eq!(r.json()["acls"].as_array().unwrap().len(), 5, "{}", r.body);
+        let r = f.send_as("DELETE", "/acls", Some(grant), &["Bearer admin-token"]);
+        assert_eq!((r.status, r.json()["acls"].as_array().unwrap().len()), (200, 1));
+        assert_eq!(f.send_as("POST", "/mirrors/dr/stop", None, &[&as_("ro")]).status, 403);
+        // Only ClusterMirror ACLs of the operations the API checks.
+        for (body, says) in [
+            (
+                r#"{"acls": [{"principal": "User:ro", "operation": "read", "mirror": "dr"}]}"#,
+                "CREATE, ALTER, DESCRIBE or ALL",
+            ),
+            (
+                r#"{"acls": [{"principal": "ro", "operation": "alter", "mirror": "dr"}]}"#,
+                "could not parse principal",
+            ),
+            (
+                r#"{"acls": [{"principal": "User:ro", "operation": "alter", "mirror": ""}]}"#,
+                "resource name should not be empty",
+            ),
+            (r#"{"acls": []}"#, "names no ACLs"),
+            (
+                r#"{"acls": [{"principal": "User:ro", "operation": "alter", "topic": "dr"}]}"#,
+                "unknown field",
+            ),
+        ] {
+            let r = f.send_as("POST", "/acls", Some(body), &["Bearer admin-token"]);
+            assert_eq!((r.status, r.json()["error"].clone()), (400, json!("invalid")), "{body}");
+            assert!(
+                r.json()["message"].as_str().unwrap().contains(says),
+                "{body}: {}",
+                r.body
+            );
+        }
+        assert_eq!(acls.len(), 4);
+        assert!(f.seen().is_empty());
+        f.server.stop();
     }
 }

@@ -12,6 +12,9 @@
 //! * [`admin`] — the admin API's requests, answers and errors.
 //! * [`http`] — the admin API server (HTTP/JSON), which hands requests to
 //!   the coordinator as [`admin::AdminCall`]s.
+//! * [`admin_auth`] — who may use the admin API: bearer tokens to callers
+//!   (the admin token, principals), ClusterMirror ACLs per route and mirror.
+//! * [`admin_tls`] — the admin API's listener, in clear or HTTPS.
 //! * [`metrics`] — `/metrics`: a [`admin::MetricsSnapshot`] in Prometheus'
 //!   text format.
 //! * [`group_sync`] — consumer-group offsets from the source into our group
@@ -28,6 +31,8 @@
 
 pub mod acl_sync;
 pub mod admin;
+pub mod admin_auth;
+pub mod admin_tls;
 pub mod coordinator;
 pub mod epochs;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, To
 use serde_json::Value;
 
 pub mod kafka;
+pub mod pki;
 pub mod tansu;
 
 /// Whole batches as (base offset, bytes), in log order.

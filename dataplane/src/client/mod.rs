@@ -17,4 +17,4 @@ mod tls;
 pub use connection::{Connection, ConnectionOptions};
 pub use error::ClientError;
 pub use requests::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, list_offset};
-pub use tls::{ClientCertFiles, TlsClientConfig};
+pub use tls::{ClientCertFiles, TlsClientConfig, ca_certificates};

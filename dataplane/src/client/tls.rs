@@ -6,7 +6,7 @@
 //! unless the mirror turns the name check off. A client certificate
 //! (mutual TLS) is offered when the mirror names one and its key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_rustls::TlsConnector;
@@ -100,31 +100,37 @@ impl TlsClientConfig {
 
     fn roots(&self) -> Result<RootCertStore, String> {
         let mut roots = RootCertStore::empty();
-        match &self.ca_file {
-            Some(path) => {
-                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                    .and_then(|certs| certs.collect())
-                    .map_err(|e| format!("ssl_ca_location {}: {e}", path.display()))?;
-                let (added, _) = roots.add_parsable_certificates(certs);
-                if added == 0 {
-                    return Err(format!(
-                        "ssl_ca_location {}: no CA certificate in the file",
-                        path.display()
-                    ));
-                }
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                let (added, _) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    return Err(format!(
-                        "no CA certificate in the system's store ({} error(s) reading it); set ssl_ca_location",
-                        found.errors.len()
-                    ));
-                }
-            }
-        }
+        let certs = ca_certificates(self.ca_file.as_deref()).map_err(|e| match &self.ca_file {
+            Some(_) => format!("ssl_ca_location {e}"),
+            None => format!("{e}; set ssl_ca_location"),
+        })?;
+        roots.add_parsable_certificates(certs);
         Ok(roots)
+    }
+}
+
+/// The CA certificates to trust: those of the PEM file `ca_file` (the
+/// error starts with its path), else of the system's store; an error when
+/// there is none that parses.
+pub fn ca_certificates(ca_file: Option<&Path>) -> Result<Vec<CertificateDer<'static>>, String> {
+    let parsable = |certs: Vec<CertificateDer<'static>>| {
+        let mut store = RootCertStore::empty();
+        let (added, _) = store.add_parsable_certificates(certs.iter().cloned());
+        (added > 0).then_some(certs)
+    };
+    match ca_file {
+        Some(path) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            parsable(certs).ok_or_else(|| format!("{}: no CA certificate in the file", path.display()))
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let errors = found.errors.len();
+            parsable(found.certs)
+                .ok_or_else(|| format!("no CA certificate in the system's store ({errors} error(s) reading it)"))
+        }
     }
 }
 

@@ -26,6 +26,11 @@
 //!   (INVALID_REQUEST, per filter). A DescribeAcls filter with UNKNOWN
 //!   elements matches nothing (Kafka refuses it; see
 //!   [`describe_acls_response`]).
+//! * **ClusterMirror** (code 8, KIP-1279's mirror-management resource, the
+//!   admin API's authorization): a local type, selected only by filters
+//!   naming it — a Kafka client's ANY filter never sees a code it does not
+//!   know, nor deletes one — and changed on the listener only where it
+//!   enforces ACLs ([`LOCAL_ACLS_NEED_AUTHORIZER`]).
 //!
 //! **Enforced when `[listener] authorizer = "acl"`** (see
 //! [`super::authorizer`], Kafka's `StandardAuthorizer` semantics, with the
@@ -77,7 +82,8 @@ const KEY_VERSION: i16 = 1;
 const VALUE_VERSION: i16 = 1;
 
 /// A Kafka ACL enum: its wire codes, Kafka's names (`TOPIC`, `LITERAL`,
-/// `READ`, …; parsed case-insensitively, with `-` for `_` allowed), and
+/// `READ`, …; parsed case-insensitively, with `-` for `_` or neither
+/// allowed: `cluster-mirror`, `ClusterMirror`), and
 /// serde as the lower-case name.
 macro_rules! acl_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $code:literal $kafka:literal,)* }) => {
@@ -123,11 +129,13 @@ macro_rules! acl_enum {
             type Err = String;
 
             fn from_str(s: &str) -> Result<Self, String> {
-                let wanted = s.trim().replace('-', "_");
+                // `cluster-mirror`, `cluster_mirror` and `ClusterMirror` alike.
+                let squash = |name: &str| name.replace(['-', '_'], "");
+                let wanted = squash(s.trim());
                 Self::VALUES
                     .iter()
                     .copied()
-                    .find(|v| v.name().eq_ignore_ascii_case(&wanted))
+                    .find(|v| squash(v.name()).eq_ignore_ascii_case(&wanted))
                     .ok_or_else(|| {
                         let names: Vec<&str> = Self::VALUES.iter().map(|v| v.name()).collect();
                         format!("{s:?} is not a {} (one of {})", stringify!($name), names.join(", "))
@@ -168,6 +176,21 @@ acl_enum! {
         TransactionalId = 5 "TRANSACTIONAL_ID",
         DelegationToken = 6 "DELEGATION_TOKEN",
         User = 7 "USER",
+        /// KIP-1279's resource for mirror management (the admin API's
+        /// CREATE, ALTER, DESCRIBE of a mirror by name). Not one of Kafka's
+        /// codes (0–7): this agent's own, see [`ResourceType::is_local`].
+        ClusterMirror = 8 "CLUSTER_MIRROR",
+    }
+}
+
+impl ResourceType {
+    /// Whether Kafka does not know this type (ClusterMirror): its bindings
+    /// are selected only by a filter that names the type, never by ANY.
+    /// So a Kafka client's DescribeAcls never gets a code its enum lacks
+    /// (kafka-python raises on one, Java maps it to UNKNOWN), and a broad
+    /// DeleteAcls or the ACL sync from a source never touches them.
+    pub fn is_local(self) -> bool {
+        self == Self::ClusterMirror
     }
 }
 
@@ -548,9 +571,11 @@ impl AclBindingFilter {
             .with_permission_type(self.permission_type.code())
     }
 
-    /// Kafka's `ResourcePatternFilter.matches`.
+    /// Kafka's `ResourcePatternFilter.matches`; ANY leaves out the local
+    /// resource types ([`ResourceType::is_local`]).
     fn matches_pattern(&self, b: &AclBinding) -> bool {
-        if self.resource_type != ResourceType::Any && self.resource_type != b.resource_type {
+        let any_type = self.resource_type == ResourceType::Any && !b.resource_type.is_local();
+        if !any_type && self.resource_type != b.resource_type {
             return false;
         }
         if !matches!(self.pattern_type, PatternType::Any | PatternType::Match) && self.pattern_type != b.pattern_type {
@@ -763,14 +788,50 @@ pub fn describe_acls_response(store: &AclStore, request: &DescribeAclsRequest) -
     DescribeAclsResponse::default().with_resources(resources)
 }
 
+/// Why a listener without an authorizer refuses to change ClusterMirror
+/// ACLs: they decide who manages mirrors through the admin API, and there
+/// every Kafka client could grant itself that.
+pub const LOCAL_ACLS_NEED_AUTHORIZER: &str = "ClusterMirror ACLs are changed through the admin API, \
+     or on a listener with authorizer = \"acl\" (ALTER on the cluster)";
+
+/// One creation's or deletion filter's refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    Invalid(String),
+    LocalAclsNeedAuthorizer,
+}
+
+impl Refusal {
+    fn code_and_message(&self) -> (i16, &str) {
+        match self {
+            Self::Invalid(e) => (codes::INVALID_REQUEST, e),
+            Self::LocalAclsNeedAuthorizer => (codes::CLUSTER_AUTHORIZATION_FAILED, LOCAL_ACLS_NEED_AUTHORIZER),
+        }
+    }
+}
+
 /// CreateAcls: one result per creation, in order — INVALID_REQUEST for a
-/// binding Kafka would refuse, UNKNOWN_SERVER_ERROR for every valid one
-/// when the store cannot write.
-pub fn create_acls_response(store: &AclStore, request: &CreateAclsRequest) -> CreateAclsResponse {
-    let parsed: Vec<Result<AclBinding, String>> = request
+/// binding Kafka would refuse, CLUSTER_AUTHORIZATION_FAILED for a
+/// ClusterMirror binding unless `local_types_writable` (the listener
+/// enforces ACLs), UNKNOWN_SERVER_ERROR for every valid one when the store
+/// cannot write.
+pub fn create_acls_response(
+    store: &AclStore,
+    request: &CreateAclsRequest,
+    local_types_writable: bool,
+) -> CreateAclsResponse {
+    let parsed: Vec<Result<AclBinding, Refusal>> = request
         .creations
         .iter()
-        .map(|c| AclBinding::from_creation(c).and_then(|b| b.validate().map(|()| b)))
+        .map(|c| {
+            let binding = AclBinding::from_creation(c)
+                .and_then(|b| b.validate().map(|()| b))
+                .map_err(Refusal::Invalid)?;
+            if binding.resource_type.is_local() && !local_types_writable {
+                return Err(Refusal::LocalAclsNeedAuthorizer);
+            }
+            Ok(binding)
+        })
         .collect();
     let valid: Vec<AclBinding> = parsed.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
     let stored = store.create(&valid).map_err(|e| {
@@ -780,9 +841,12 @@ pub fn create_acls_response(store: &AclStore, request: &CreateAclsRequest) -> Cr
     let results = parsed
         .into_iter()
         .map(|r| match (r, &stored) {
-            (Err(e), _) => AclCreationResult::default()
-                .with_error_code(codes::INVALID_REQUEST)
-                .with_error_message(Some(str(&e))),
+            (Err(refusal), _) => {
+                let (code, message) = refusal.code_and_message();
+                AclCreationResult::default()
+                    .with_error_code(code)
+                    .with_error_message(Some(str(message)))
+            }
             (Ok(_), Err(e)) => AclCreationResult::default()
                 .with_error_code(codes::UNKNOWN_SERVER_ERROR)
                 .with_error_message(Some(str(e))),
@@ -793,13 +857,26 @@ pub fn create_acls_response(store: &AclStore, request: &CreateAclsRequest) -> Cr
 }
 
 /// DeleteAcls: per filter, the bindings it matched and deleted;
-/// INVALID_REQUEST for a filter with UNKNOWN elements, UNKNOWN_SERVER_ERROR
-/// for every filter when the store cannot write (nothing is deleted then).
-pub fn delete_acls_response(store: &AclStore, request: &DeleteAclsRequest) -> DeleteAclsResponse {
-    let parsed: Vec<Result<AclBindingFilter, String>> = request
+/// INVALID_REQUEST for a filter with UNKNOWN elements, CLUSTER_AUTHORIZATION_FAILED
+/// for a filter naming the ClusterMirror type unless `local_types_writable`
+/// (as [`create_acls_response`]), UNKNOWN_SERVER_ERROR for every filter when
+/// the store cannot write (nothing is deleted then).
+pub fn delete_acls_response(
+    store: &AclStore,
+    request: &DeleteAclsRequest,
+    local_types_writable: bool,
+) -> DeleteAclsResponse {
+    let parsed: Vec<Result<AclBindingFilter, Refusal>> = request
         .filters
         .iter()
-        .map(AclBindingFilter::from_delete_filter)
+        .map(|f| {
+            let filter = AclBindingFilter::from_delete_filter(f)
+                .map_err(|e| Refusal::Invalid(format!("the filter contains UNKNOWN elements: {e}")))?;
+            if filter.resource_type.is_local() && !local_types_writable {
+                return Err(Refusal::LocalAclsNeedAuthorizer);
+            }
+            Ok(filter)
+        })
         .collect();
     let valid: Vec<AclBindingFilter> = parsed.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
     let deleted = store.delete(&valid).map_err(|e| {
@@ -810,9 +887,12 @@ pub fn delete_acls_response(store: &AclStore, request: &DeleteAclsRequest) -> De
     let results = parsed
         .into_iter()
         .map(|r| match (r, &deleted) {
-            (Err(e), _) => DeleteAclsFilterResult::default()
-                .with_error_code(codes::INVALID_REQUEST)
-                .with_error_message(Some(str(&format!("the filter contains UNKNOWN elements: {e}")))),
+            (Err(refusal), _) => {
+                let (code, message) = refusal.code_and_message();
+                DeleteAclsFilterResult::default()
+                    .with_error_code(code)
+                    .with_error_message(Some(str(message)))
+            }
             (Ok(_), Err(e)) => DeleteAclsFilterResult::default()
                 .with_error_code(codes::UNKNOWN_SERVER_ERROR)
                 .with_error_message(Some(str(e))),
@@ -1005,6 +1085,130 @@ mod tests {
         assert_eq!(AclBinding::decode_key(&[key.as_slice(), b"x"].concat()), None);
     }
 
+    fn cluster_mirror(name: &str, pattern_type: PatternType, operation: AclOperation) -> AclBinding {
+        binding(
+            ResourceType::ClusterMirror,
+            name,
+            pattern_type,
+            "User:ops",
+            operation,
+            AclPermissionType::Allow,
+        )
+    }
+
+    #[test]
+    fn cluster_mirror_bindings_are_selected_only_by_filters_naming_the_type() {
+        let mirrors = [
+            cluster_mirror("dr", PatternType::Literal, AclOperation::Describe),
+            cluster_mirror("*", PatternType::Literal, AclOperation::Alter),
+            cluster_mirror("prod-", PatternType::Prefixed, AclOperation::Create),
+        ];
+        let all: Vec<AclBinding> = sample().into_iter().chain(mirrors.iter().cloned()).collect();
+        let matched =
+            |filter: &AclBindingFilter| -> Vec<&AclBinding> { all.iter().filter(|b| filter.matches(b)).collect() };
+        // ANY, with or without MATCH, a name or entry fields: never them.
+        for filter in [
+            AclBindingFilter::any(),
+            AclBindingFilter {
+                pattern_type: PatternType::Match,
+                resource_name: Some("dr".into()),
+                ..AclBindingFilter::any()
+            },
+            AclBindingFilter {
+                principal: Some("User:ops".into()),
+                ..AclBindingFilter::any()
+            },
+        ] {
+            assert!(
+                matched(&filter)
+                    .iter()
+                    .all(|b| b.resource_type != ResourceType::ClusterMirror),
+                "{filter:?}"
+            );
+        }
+        assert_eq!(matched(&AclBindingFilter::any()).len(), sample().len());
+        let of_type = AclBindingFilter {
+            resource_type: ResourceType::ClusterMirror,
+            ..AclBindingFilter::any()
+        };
+        assert_eq!(matched(&of_type), mirrors.iter().collect::<Vec<_>>());
+        // MATCH on the type: what applies to the mirror "prod-eu".
+        let applies = AclBindingFilter {
+            resource_name: Some("prod-eu".into()),
+            pattern_type: PatternType::Match,
+            ..of_type.clone()
+        };
+        assert_eq!(matched(&applies), [&mirrors[1], &mirrors[2]]);
+        assert_eq!(ResourceType::ClusterMirror.code(), 8);
+        for name in ["CLUSTER_MIRROR", "cluster-mirror", "ClusterMirror", "clustermirror"] {
+            assert_eq!(name.parse(), Ok(ResourceType::ClusterMirror), "{name}");
+        }
+        assert_eq!("TransactionalId".parse(), Ok(ResourceType::TransactionalId));
+        assert!("cluster mirror".parse::<ResourceType>().is_err());
+    }
+
+    #[test]
+    fn kafka_clients_see_no_cluster_mirror_code_and_change_them_only_under_an_authorizer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AclStore::open(dir.path().join("acls")).unwrap();
+        let mirror_acl = cluster_mirror("dr", PatternType::Literal, AclOperation::Describe);
+        let topic_acl = topic("orders", PatternType::Literal, "User:alice");
+        let creations =
+            CreateAclsRequest::default().with_creations(vec![mirror_acl.to_creation(), topic_acl.to_creation()]);
+        // Without an authorizer: the topic ACL is created, the ClusterMirror one refused.
+        let response = create_acls_response(&store, &creations, false);
+        let outcome: Vec<(i16, Option<&str>)> = response
+            .results
+            .iter()
+            .map(|r| (r.error_code, r.error_message.as_deref().filter(|m| !m.is_empty())))
+            .collect();
+        assert_eq!(
+            outcome,
+            [
+                (codes::CLUSTER_AUTHORIZATION_FAILED, Some(LOCAL_ACLS_NEED_AUTHORIZER)),
+                (codes::NONE, None)
+            ]
+        );
+        assert_eq!(store.len(), 1);
+        // With one (the request passed ALTER on the cluster): both.
+        let response = create_acls_response(&store, &creations, true);
+        assert!(response.results.iter().all(|r| r.error_code == codes::NONE));
+        assert_eq!(store.len(), 2);
+
+        // DescribeAcls ANY: only codes Kafka knows; asked by type: ours.
+        let described = describe_acls_response(&store, &AclBindingFilter::any().to_describe_request());
+        let types: Vec<i8> = described.resources.iter().map(|r| r.resource_type).collect();
+        assert_eq!(types, [ResourceType::Topic.code()]);
+        let of_type = AclBindingFilter {
+            resource_type: ResourceType::ClusterMirror,
+            ..AclBindingFilter::any()
+        };
+        let described = describe_acls_response(&store, &of_type.to_describe_request());
+        assert_eq!(
+            AclBinding::from_describe_response(&described).0,
+            std::slice::from_ref(&mirror_acl)
+        );
+
+        // DeleteAcls ANY leaves it; by type, only under an authorizer.
+        let any = DeleteAclsRequest::default().with_filters(vec![AclBindingFilter::any().to_delete_filter()]);
+        let response = delete_acls_response(&store, &any, true);
+        assert_eq!(response.filter_results[0].matching_acls.len(), 1);
+        assert_eq!(store.describe(&of_type), std::slice::from_ref(&mirror_acl));
+        let by_type = DeleteAclsRequest::default().with_filters(vec![of_type.to_delete_filter()]);
+        let response = delete_acls_response(&store, &by_type, false);
+        assert_eq!(
+            (
+                response.filter_results[0].error_code,
+                response.filter_results[0].error_message.as_deref()
+            ),
+            (codes::CLUSTER_AUTHORIZATION_FAILED, Some(LOCAL_ACLS_NEED_AUTHORIZER))
+        );
+        assert_eq!(store.len(), 1);
+        let response = delete_acls_response(&store, &by_type, true);
+        assert_eq!(response.filter_results[0].matching_acls.len(), 1);
+        assert!(store.is_empty());
+    }
+
     #[test]
     fn creations_are_validated_as_kafka_does() {
         let ok = topic("orders", PatternType::Literal, "User:alice");
@@ -1131,7 +1335,7 @@ mod tests {
                 .with_resource_pattern_type(PatternType::Match.code()),
         );
         creations.push(all[0].to_creation().with_resource_type(0));
-        let response = create_acls_response(&store, &CreateAclsRequest::default().with_creations(creations));
+        let response = create_acls_response(&store, &CreateAclsRequest::default().with_creations(creations), false);
         let result_codes: Vec<i16> = response.results.iter().map(|r| r.error_code).collect();
         assert_eq!(
             result_codes,
@@ -1168,7 +1372,7 @@ mod tests {
             }
             .to_delete_filter(),
         ]);
-        let response = delete_acls_response(&store, &request);
+        let response = delete_acls_response(&store, &request, false);
         let outcome: Vec<(i16, usize)> = response
             .filter_results
             .iter()

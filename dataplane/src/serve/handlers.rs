@@ -152,7 +152,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::CreateAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleCreateAcls).
             let body = if conn.authorized_cluster(AclOperation::Alter) {
-                super::acls::create_acls_response(&conn.acls, &r)
+                super::acls::create_acls_response(&conn.acls, &r, conn.authz.enabled())
             } else {
                 let results = r
                     .creations
@@ -170,7 +170,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::DeleteAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleDeleteAcls).
             let body = if conn.authorized_cluster(AclOperation::Alter) {
-                super::acls::delete_acls_response(&conn.acls, &r)
+                super::acls::delete_acls_response(&conn.acls, &r, conn.authz.enabled())
             } else {
                 let results = r
                     .filters
