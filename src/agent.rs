@@ -11,7 +11,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ringmirror_dataplane::fetch::{ShardEvent, StopReason, shard_for};
+use ringmirror_dataplane::fetch::{
+    ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue, shard_for,
+};
 use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
 use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
@@ -315,7 +317,10 @@ impl Agent {
         let on_disk = log_dir
             .partitions_on_disk()
             .context("list partitions in the data dir")?;
-        let (events_tx, events_rx) = async_channel::bounded::<ShardEvent>(4096);
+        // Shards → this agent's events thread → the coordinator: two queues
+        // that never drop a state event and cap (and count) telemetry.
+        let event_counts = ShardEventCounts::default();
+        let (events_tx, events_rx) = event_queue(config.telemetry_events_queued_max, &event_counts);
         let mut shards = Vec::with_capacity(shard_count);
         let (ready_tx, ready) = std::sync::mpsc::channel();
         for (index, end) in link_ends.into_iter().enumerate() {
@@ -368,7 +373,7 @@ impl Agent {
         }
         let status = Arc::new(Mutex::new(Status::new()));
         let status_writer = Arc::clone(&status);
-        let (to_coordinator, coordinator_events) = async_channel::unbounded::<ShardEvent>();
+        let (to_coordinator, coordinator_events) = event_queue(config.telemetry_events_queued_max, &event_counts);
         let mut checkpoints = log_dir.checkpoints().clone();
         let checkpoint_interval = Duration::from_millis(config.offset_checkpoint_interval_ms);
         let events_thread = std::thread::Builder::new()
@@ -376,11 +381,13 @@ impl Agent {
             .spawn(move || {
                 let mut last_write = std::time::Instant::now();
                 let mut dirty = false;
-                while let Ok(event) = events_rx.recv_blocking() {
+                while let Some(event) = events_rx.recv_blocking() {
                     observer(&event);
                     dirty |= record_checkpoint(&mut checkpoints, &event);
-                    // The coordinator ends before this thread; nothing to tell then.
-                    let _ = to_coordinator.try_send(event.clone());
+                    // State events always; telemetry unless the coordinator's
+                    // queue is full (counted). The coordinator ends before
+                    // this thread: nothing to tell then.
+                    to_coordinator.forward(event.clone());
                     apply_event(&status_writer, event);
                     if dirty && last_write.elapsed() >= checkpoint_interval {
                         // Bounds how much a crash makes the next start re-scan.
@@ -407,6 +414,7 @@ impl Agent {
                 configured_mirrors: config.mirrors.clone(),
                 shards: shards.iter().map(ShardHandle::commands).collect(),
                 events: coordinator_events,
+                event_counts,
                 calls,
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
                 listener_addr: listener_addr.map(|a| a.to_string()),
@@ -567,18 +575,18 @@ impl Agent {
 /// Keeps the checkpoint entries current; returns whether they changed.
 fn record_checkpoint(checkpoints: &mut OffsetCheckpoints, event: &ShardEvent) -> bool {
     match event {
-        ShardEvent::Checkpoint {
+        ShardEvent::Telemetry(TelemetryEvent::Checkpoint {
             tp,
             recovery_point,
             log_start_offset,
             ..
-        }
-        | ShardEvent::Removed {
+        })
+        | ShardEvent::State(StateEvent::Removed {
             tp,
             recovery_point,
             log_start_offset,
             ..
-        } => {
+        }) => {
             checkpoints.record_offsets(tp, *recovery_point, *log_start_offset);
             true
         }
@@ -589,47 +597,47 @@ fn record_checkpoint(checkpoints: &mut OffsetCheckpoints, event: &ShardEvent) ->
 fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
     let mut status = status.lock().expect("status lock");
     match event {
-        ShardEvent::Progress {
+        ShardEvent::Telemetry(TelemetryEvent::Progress {
             mirror,
             tp,
             log_end_offset,
             high_watermark,
             ..
-        } => {
+        }) => {
             let s = status.entry((mirror, tp)).or_default();
             s.log_end_offset = log_end_offset;
             s.high_watermark = high_watermark;
         }
-        ShardEvent::Truncated {
+        ShardEvent::State(StateEvent::Truncated {
             mirror,
             tp,
             to_offset,
             reason,
-        } => {
+        }) => {
             tracing::info!(mirror, %tp, to_offset, reason, "log truncated to converge with the source");
             let s = status.entry((mirror, tp)).or_default();
             s.log_end_offset = to_offset;
             s.truncations += 1;
         }
-        ShardEvent::Stopped { mirror, tp, reason } => {
+        ShardEvent::State(StateEvent::Stopped { mirror, tp, reason }) => {
             tracing::error!(mirror, %tp, ?reason, "partition stopped appending");
             status.entry((mirror, tp)).or_default().stopped = Some(reason);
         }
-        ShardEvent::Removed {
+        ShardEvent::State(StateEvent::Removed {
             mirror,
             tp,
             recovery_point,
             log_start_offset,
-        } => {
+        }) => {
             tracing::info!(mirror, %tp, recovery_point, log_start_offset, "partition no longer mirrored");
             status.remove(&(mirror, tp));
         }
-        ShardEvent::Placed {
+        ShardEvent::State(StateEvent::Placed {
             mirror,
             tp,
             log_end_offset,
             truncated_to,
-        } => {
+        }) => {
             if let Some(to) = truncated_to {
                 tracing::info!(mirror, %tp, to, "log truncated above the source's last mirror epoch");
             }
@@ -637,33 +645,31 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             s.log_end_offset = log_end_offset;
             s.stopped = None;
         }
-        ShardEvent::Checkpoint { .. }
-        | ShardEvent::EpochBumpDue { .. }
-        | ShardEvent::FetchStats { .. }
-        | ShardEvent::Paused { .. } => {}
-        ShardEvent::BadBatch {
+        ShardEvent::Telemetry(TelemetryEvent::Checkpoint { .. } | TelemetryEvent::FetchStats { .. })
+        | ShardEvent::State(StateEvent::EpochBumpDue { .. } | StateEvent::Paused { .. }) => {}
+        ShardEvent::Telemetry(TelemetryEvent::BadBatch {
             mirror,
             tp,
             offset,
             error,
-        } => {
+        }) => {
             tracing::warn!(mirror, %tp, offset, error, "bad batch from the source refused");
             status.entry((mirror, tp)).or_default().bad_batches += 1;
         }
-        ShardEvent::MirrorEnded {
+        ShardEvent::State(StateEvent::MirrorEnded {
             mirror,
             tp,
             log_end_offset,
             leader_epoch,
             aborted_transactions,
             ..
-        } => {
+        }) => {
             tracing::info!(mirror, %tp, log_end_offset, leader_epoch, aborted_transactions, "mirroring ended; writable");
             let s = status.entry((mirror, tp)).or_default();
             s.log_end_offset = log_end_offset;
             s.mirroring_ended = Some((log_end_offset, leader_epoch));
         }
-        ShardEvent::CommandFailed { mirror, tp, error } => {
+        ShardEvent::State(StateEvent::CommandFailed { mirror, tp, error }) => {
             tracing::error!(mirror, %tp, error, "command failed");
         }
     }

@@ -59,6 +59,11 @@ pub struct AgentConfig {
     /// `log.flush.offset.checkpoint.interval.ms`); bounds the re-scan after a crash.
     #[serde(default = "default_offset_checkpoint_interval_ms")]
     pub offset_checkpoint_interval_ms: u64,
+    /// Telemetry events (progress, fetch statistics, checkpoint offsets)
+    /// that may wait in each event queue before more are dropped and
+    /// counted; state events (acknowledgements, stops) are never dropped.
+    #[serde(default = "default_telemetry_events_queued_max")]
+    pub telemetry_events_queued_max: usize,
     #[serde(default)]
     pub log: LogConfig,
     /// Where Kafka clients connect; without it the agent serves no clients.
@@ -370,6 +375,11 @@ fn default_true() -> bool {
 fn default_offset_checkpoint_interval_ms() -> u64 {
     10_000
 }
+
+fn default_telemetry_events_queued_max() -> usize {
+    ringmirror_dataplane::fetch::TELEMETRY_EVENTS_QUEUED_MAX_DEFAULT
+}
+
 impl AgentConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
@@ -394,6 +404,10 @@ impl AgentConfig {
         anyhow::ensure!(
             self.mirror_topic_num_partitions > 0,
             "mirror_topic_num_partitions must be at least 1"
+        );
+        anyhow::ensure!(
+            self.telemetry_events_queued_max > 0,
+            "telemetry_events_queued_max must be at least 1"
         );
         if let Some(listener) = &self.listener {
             listener.validate()?;
@@ -435,6 +449,16 @@ mod tests {
         assert_eq!(c.log.index_interval_bytes, 4096);
         let m = &c.mirrors[0];
         assert_eq!((m.fetch_max_wait_ms, m.topics_exclude.as_str()), (500, "__.*"));
+    }
+
+    #[test]
+    fn telemetry_queue_bound_defaults_and_is_never_zero() {
+        let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]").unwrap();
+        assert_eq!(c.telemetry_events_queued_max, 4096);
+        let c = AgentConfig::parse("data_dir = \"/x\"\ntelemetry_events_queued_max = 4\n[admin]").unwrap();
+        assert_eq!(c.telemetry_events_queued_max, 4);
+        let refused = AgentConfig::parse("data_dir = \"/x\"\ntelemetry_events_queued_max = 0\n[admin]").unwrap_err();
+        assert!(refused.to_string().contains("at least 1"), "{refused}");
     }
 
     #[test]

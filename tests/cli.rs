@@ -90,7 +90,7 @@ fn dump_log_prints_batches_markers_and_the_torn_tail() {
         -1,
         -1,
         ControlType::MirrorPidReset,
-        encode_mirror_pid_reset_value("src-cluster"),
+        encode_mirror_pid_reset_value("src-cluster").unwrap(),
         1003,
     )
     .build();

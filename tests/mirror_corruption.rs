@@ -8,16 +8,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{MetadataResponse, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -26,38 +22,9 @@ use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
 use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
 
-const API_FETCH: i16 = 1;
-const API_METADATA: i16 = 3;
+use common::rewriting_proxy::{self, API_FETCH, API_METADATA};
+
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body)?;
-    Ok(body)
-}
-
-fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
-    s.write_all(&(body.len() as i32).to_be_bytes())?;
-    s.write_all(body)
-}
-
-/// Points every broker in a Metadata response at the proxy.
-fn rewrite_metadata(body: Vec<u8>, version: i16, proxy: SocketAddr) -> Vec<u8> {
-    let header_version = MetadataResponse::header_version(version);
-    let mut buf = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut buf, header_version).expect("metadata header");
-    let mut response = MetadataResponse::decode(&mut buf, version).expect("metadata body");
-    for broker in &mut response.brokers {
-        broker.host = StrBytes::from_string(proxy.ip().to_string());
-        broker.port = i32::from(proxy.port());
-    }
-    let mut out = BytesMut::new();
-    header.encode(&mut out, header_version).unwrap();
-    response.encode(&mut out, version).unwrap();
-    out.to_vec()
-}
 
 /// Flips a byte inside the first batch of the first non-empty records.
 fn corrupt_fetch(body: &mut [u8], version: i16) -> bool {
@@ -84,52 +51,26 @@ fn corrupt_fetch(body: &mut [u8], version: i16) -> bool {
     }
 }
 
-/// Relays one client connection to the broker, corrupting while budget lasts.
-fn relay(mut client: TcpStream, upstream: SocketAddr, proxy: SocketAddr, budget: Arc<AtomicUsize>) {
-    let Ok(mut server) = TcpStream::connect(upstream) else {
-        return;
-    };
-    let inflight: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
-    let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let requests = Arc::clone(&inflight);
-    std::thread::spawn(move || {
-        while let Ok(body) = read_frame(&mut client_in) {
-            let key = i16::from_be_bytes([body[0], body[1]]);
-            let version = i16::from_be_bytes([body[2], body[3]]);
-            let correlation = i32::from_be_bytes(body[4..8].try_into().unwrap());
-            requests.lock().unwrap().insert(correlation, (key, version));
-            if write_frame(&mut server_out, &body).is_err() {
-                return;
+/// Starts the proxy in front of `upstream`: Metadata points every broker
+/// at it, and Fetch responses are corrupted while `budget` lasts.
+fn start_proxy(upstream: SocketAddr, budget: Arc<AtomicUsize>) -> SocketAddr {
+    rewriting_proxy::start(
+        upstream,
+        Arc::new(move |key, version, proxy, body| match key {
+            API_METADATA => {
+                *body = rewriting_proxy::edit_metadata(body, version, |response| {
+                    for broker in &mut response.brokers {
+                        broker.host = StrBytes::from_string(proxy.ip().to_string());
+                        broker.port = i32::from(proxy.port());
+                    }
+                });
             }
-        }
-    });
-    while let Ok(mut body) = read_frame(&mut server) {
-        let correlation = i32::from_be_bytes(body[..4].try_into().unwrap());
-        let request = inflight.lock().unwrap().remove(&correlation);
-        match request {
-            Some((API_METADATA, version)) => body = rewrite_metadata(body, version, proxy),
-            Some((API_FETCH, version)) if budget.load(Ordering::SeqCst) > 0 && corrupt_fetch(&mut body, version) => {
+            API_FETCH if budget.load(Ordering::SeqCst) > 0 && corrupt_fetch(body, version) => {
                 budget.fetch_sub(1, Ordering::SeqCst);
             }
             _ => {}
-        }
-        if write_frame(&mut client, &body).is_err() {
-            return;
-        }
-    }
-}
-
-/// Starts the proxy in front of `upstream`; it lives as long as the test process.
-fn start_proxy(upstream: SocketAddr, budget: Arc<AtomicUsize>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let proxy = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let budget = Arc::clone(&budget);
-            std::thread::spawn(move || relay(client, upstream, proxy, budget));
-        }
-    });
-    proxy
+        }),
+    )
 }
 
 #[test]

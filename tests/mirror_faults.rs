@@ -32,7 +32,7 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::batch::{Compression, decode_records};
-use ringmirror_dataplane::fetch::ShardEvent;
+use ringmirror_dataplane::fetch::{ShardEvent, StateEvent};
 use ringmirror_dataplane::log::TopicPartition;
 
 use common::{MAX_DECOMPRESSED_BYTES, assert_mirrors_source, batch_view, source_high_watermark};
@@ -158,9 +158,9 @@ fn truncations(events: &Events) -> Vec<(TopicPartition, i64, &'static str)> {
         .unwrap()
         .iter()
         .filter_map(|e| match e {
-            ShardEvent::Truncated {
+            ShardEvent::State(StateEvent::Truncated {
                 tp, to_offset, reason, ..
-            } => Some((tp.clone(), *to_offset, *reason)),
+            }) => Some((tp.clone(), *to_offset, *reason)),
             _ => None,
         })
         .collect()

@@ -38,7 +38,7 @@ use ringmirror_control::topic_config_sync::{
     EXCLUDED_CONFIGS, TopicConfigs, diff, excluded, fetch_topic_configs, fetch_topic_configs_report,
 };
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
-use ringmirror_dataplane::fetch::ShardEvent;
+use ringmirror_dataplane::fetch::{ShardEventCounts, ShardEventReceiver, event_queue};
 use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
 use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
@@ -61,7 +61,7 @@ struct Listener {
     shard: Option<ShardHandle>,
     catalog: Arc<CatalogHandle>,
     addr: SocketAddr,
-    _events: async_channel::Receiver<ShardEvent>,
+    _events: ShardEventReceiver,
     _reservation: socket2::Socket,
     _dir: tempfile::TempDir,
 }
@@ -100,7 +100,7 @@ impl Listener {
         before_serving(&catalog);
         let (links, mut ends) = ShardLinks::new(1);
         let (ready, started) = std::sync::mpsc::channel();
-        let (events_tx, events) = async_channel::unbounded();
+        let (events_tx, events) = event_queue(64, &ShardEventCounts::default());
         let state = dir.path().join("state");
         let shard = spawn_shard(
             ShardPlan {

@@ -183,6 +183,20 @@ pub struct PartitionView {
 pub struct MetricsSnapshot {
     pub partitions: Vec<PartitionMetrics>,
     pub mirrors: Vec<MirrorMetrics>,
+    /// The agent's event queues (`None`: not measured, nothing rendered).
+    #[serde(default)]
+    pub shard_events: Option<ShardEventMetrics>,
+}
+
+/// The agent's queues of shard events (shards → control plane).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardEventMetrics {
+    /// Telemetry events (progress, statistics, checkpoints) dropped because
+    /// a queue was full, since start.
+    pub telemetry_dropped: u64,
+    /// State events (acknowledgements, stops) sent and not yet acted on;
+    /// these are never dropped.
+    pub state_queued: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -25,7 +25,8 @@ use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::{
-    FetchStats, PartitionKey, ShardEvent, SourceMetadata, StopReason, fetch_source_metadata,
+    FetchStats, PartitionKey, ShardEvent, ShardEventCounts, ShardEventReceiver, SourceMetadata, StateEvent, StopReason,
+    TelemetryEvent, fetch_source_metadata,
 };
 use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::sasl::SaslClientConfig;
@@ -35,7 +36,7 @@ use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 use crate::acl_sync::{AclSyncReport, sync_acls};
 use crate::admin::{
     AdminAnswer, AdminCall, AdminError, AdminRequest, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary,
-    PartitionMetrics, PartitionView, TopicPartitionName,
+    PartitionMetrics, PartitionView, ShardEventMetrics, TopicPartitionName,
 };
 use crate::epochs;
 use crate::group_sync::{GroupFilter, GroupOutcome, GroupSyncReport, sync_group_offsets};
@@ -67,7 +68,10 @@ pub struct CoordinatorSetup {
     /// Mirrors from the configuration file, created on first start.
     pub configured_mirrors: Vec<MirrorConfig>,
     pub shards: Vec<async_channel::Sender<ShardCommand>>,
-    pub events: async_channel::Receiver<ShardEvent>,
+    /// The shards' events (state events never dropped), and what their
+    /// queues count (for `/metrics`).
+    pub events: ShardEventReceiver,
+    pub event_counts: ShardEventCounts,
     pub calls: async_channel::Receiver<AdminCall>,
     /// Our cluster id (sent with last-mirror-epoch lookups).
     pub local_cluster_id: String,
@@ -110,6 +114,7 @@ impl Coordinator {
                     configured_mirrors,
                     shards,
                     events,
+                    event_counts,
                     calls,
                     local_cluster_id,
                     listener_addr,
@@ -133,6 +138,7 @@ impl Coordinator {
                     reports,
                     catalog,
                     reports_dirty: true,
+                    event_counts,
                 };
                 core.load(configured_mirrors);
                 core.run(events, calls, stop_flag, first_round).await;
@@ -224,6 +230,7 @@ struct Core {
     reports: Arc<MirrorReportsHandle>,
     catalog: Arc<CatalogHandle>,
     reports_dirty: bool,
+    event_counts: ShardEventCounts,
 }
 
 fn now_ms() -> u64 {
@@ -367,7 +374,7 @@ impl Core {
 
     async fn run(
         &mut self,
-        events: async_channel::Receiver<ShardEvent>,
+        events: ShardEventReceiver,
         calls: async_channel::Receiver<AdminCall>,
         stop: Arc<AtomicBool>,
         first_round: std::sync::mpsc::Sender<()>,
@@ -402,8 +409,8 @@ impl Core {
                 futures_lite::future::or(
                     async {
                         match events.recv().await {
-                            Ok(event) => Wake::Event(event),
-                            Err(_) => futures_lite::future::pending().await,
+                            Some(event) => Wake::Event(event),
+                            None => futures_lite::future::pending().await,
                         }
                     },
                     async {
@@ -421,7 +428,7 @@ impl Core {
                 }
                 Wake::Event(event) => {
                     self.on_event(event);
-                    while let Ok(event) = events.try_recv() {
+                    while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
                     self.reports_dirty = true;
@@ -1135,7 +1142,15 @@ impl Core {
 
     fn on_event(&mut self, event: ShardEvent) {
         match event {
-            ShardEvent::Placed {
+            ShardEvent::State(event) => self.on_state_event(event),
+            ShardEvent::Telemetry(event) => self.on_telemetry(event),
+        }
+    }
+
+    /// What moves a partition's state, or records what was done to its log.
+    fn on_state_event(&mut self, event: StateEvent) {
+        match event {
+            StateEvent::Placed {
                 mirror,
                 tp,
                 log_end_offset,
@@ -1151,7 +1166,96 @@ impl Core {
                     self.set_state_logged(&key, State::Mirroring, |r| r.error = None);
                 }
             }
-            ShardEvent::Progress {
+            StateEvent::Paused { mirror, tp } => {
+                if let Some(key) = self.key_of(&mirror, &tp)
+                    && self.partitions[&key].record.state == State::Pausing
+                {
+                    self.set_state_logged(&key, State::Paused, |_| {});
+                }
+            }
+            StateEvent::EpochBumpDue {
+                mirror,
+                tp,
+                source_epoch,
+                ..
+            } => {
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    self.bump_epoch(&key, source_epoch, false);
+                }
+            }
+            StateEvent::Stopped { mirror, tp, reason } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                match reason {
+                    StopReason::EpochExceeded { batch_epoch, .. } => self.bump_epoch(&key, batch_epoch, true),
+                    StopReason::LogFailed { error } => self.fail(&key, format!("log: {error}")),
+                }
+            }
+            StateEvent::Truncated {
+                mirror, tp, to_offset, ..
+            } => {
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    let live = &mut self.partitions.get_mut(&key).expect("indexed").live;
+                    live.destination_offset = to_offset;
+                    live.truncations += 1;
+                }
+            }
+            StateEvent::Removed { mirror, tp, .. } => {
+                if let Some(key) = self.key_of(&mirror, &tp)
+                    && let Some(p) = self.partitions.get_mut(&key)
+                {
+                    p.placed = false;
+                }
+                // A forgotten partition keeps its data, served read-only.
+                if !self.by_tp.contains_key(&(mirror, tp.clone())) {
+                    let shard = ringmirror_dataplane::fetch::shard_for(&tp, self.shards.len());
+                    let _ = self.shards[shard].try_send(ShardCommand::ServePartition { tp });
+                }
+            }
+            StateEvent::MirrorEnded {
+                mirror,
+                tp,
+                log_end_offset,
+                leader_epoch,
+                last_mirror_epoch,
+                ..
+            } => {
+                let Some(key) = self.key_of(&mirror, &tp) else { return };
+                let p = self.partitions.get_mut(&key).expect("indexed");
+                p.placed = false;
+                p.live.destination_offset = log_end_offset;
+                if p.record.state == State::Stopping {
+                    crash_point("stop:ended");
+                    self.set_state_logged(&key, State::Stopped, |r| {
+                        r.last_mirror_epoch = last_mirror_epoch;
+                        r.destination_leader_epoch = r.destination_leader_epoch.max(leader_epoch);
+                        r.error = None;
+                    });
+                }
+            }
+            StateEvent::CommandFailed { mirror, tp, error } => {
+                let Some(key) = self.key_of(&mirror, &tp) else {
+                    tracing::warn!(mirror, %tp, error, "shard command failed");
+                    return;
+                };
+                let p = self.partitions.get_mut(&key).expect("indexed");
+                let state = p.record.state;
+                if state == State::Preparing {
+                    // Refused placement: not on the shard.
+                    p.placed = false;
+                }
+                if matches!(state, State::Preparing | State::Stopping) {
+                    self.fail(&key, error);
+                } else {
+                    tracing::warn!(mirror, %tp, %state, error, "shard command failed");
+                }
+            }
+        }
+    }
+
+    /// Measurements: offsets and lag, counters, fetch statistics.
+    fn on_telemetry(&mut self, event: TelemetryEvent) {
+        match event {
+            TelemetryEvent::Progress {
                 mirror,
                 tp,
                 log_end_offset,
@@ -1176,100 +1280,17 @@ impl Core {
                     live.behind_since = Some(Instant::now());
                 }
             }
-            ShardEvent::Paused { mirror, tp } => {
-                if let Some(key) = self.key_of(&mirror, &tp)
-                    && self.partitions[&key].record.state == State::Pausing
-                {
-                    self.set_state_logged(&key, State::Paused, |_| {});
-                }
-            }
-            ShardEvent::EpochBumpDue {
-                mirror,
-                tp,
-                source_epoch,
-                ..
-            } => {
-                if let Some(key) = self.key_of(&mirror, &tp) {
-                    self.bump_epoch(&key, source_epoch, false);
-                }
-            }
-            ShardEvent::Stopped { mirror, tp, reason } => {
-                let Some(key) = self.key_of(&mirror, &tp) else { return };
-                match reason {
-                    StopReason::EpochExceeded { batch_epoch, .. } => self.bump_epoch(&key, batch_epoch, true),
-                    StopReason::LogFailed { error } => self.fail(&key, format!("log: {error}")),
-                }
-            }
-            ShardEvent::Truncated {
-                mirror, tp, to_offset, ..
-            } => {
-                if let Some(key) = self.key_of(&mirror, &tp) {
-                    let live = &mut self.partitions.get_mut(&key).expect("indexed").live;
-                    live.destination_offset = to_offset;
-                    live.truncations += 1;
-                }
-            }
-            ShardEvent::BadBatch { mirror, tp, .. } => {
+            TelemetryEvent::BadBatch { mirror, tp, .. } => {
                 if let Some(key) = self.key_of(&mirror, &tp) {
                     self.partitions.get_mut(&key).expect("indexed").live.crc_failures += 1;
                 }
             }
-            ShardEvent::Removed { mirror, tp, .. } => {
-                if let Some(key) = self.key_of(&mirror, &tp)
-                    && let Some(p) = self.partitions.get_mut(&key)
-                {
-                    p.placed = false;
-                }
-                // A forgotten partition keeps its data, served read-only.
-                if !self.by_tp.contains_key(&(mirror, tp.clone())) {
-                    let shard = ringmirror_dataplane::fetch::shard_for(&tp, self.shards.len());
-                    let _ = self.shards[shard].try_send(ShardCommand::ServePartition { tp });
-                }
-            }
-            ShardEvent::MirrorEnded {
-                mirror,
-                tp,
-                log_end_offset,
-                leader_epoch,
-                last_mirror_epoch,
-                ..
-            } => {
-                let Some(key) = self.key_of(&mirror, &tp) else { return };
-                let p = self.partitions.get_mut(&key).expect("indexed");
-                p.placed = false;
-                p.live.destination_offset = log_end_offset;
-                if p.record.state == State::Stopping {
-                    crash_point("stop:ended");
-                    self.set_state_logged(&key, State::Stopped, |r| {
-                        r.last_mirror_epoch = last_mirror_epoch;
-                        r.destination_leader_epoch = r.destination_leader_epoch.max(leader_epoch);
-                        r.error = None;
-                    });
-                }
-            }
-            ShardEvent::CommandFailed { mirror, tp, error } => {
-                let Some(key) = self.key_of(&mirror, &tp) else {
-                    tracing::warn!(mirror, %tp, error, "shard command failed");
-                    return;
-                };
-                let p = self.partitions.get_mut(&key).expect("indexed");
-                let state = p.record.state;
-                if state == State::Preparing {
-                    // Refused placement: not on the shard.
-                    p.placed = false;
-                }
-                if matches!(state, State::Preparing | State::Stopping) {
-                    self.fail(&key, error);
-                } else {
-                    tracing::warn!(mirror, %tp, %state, error, "shard command failed");
-                }
-            }
-            ShardEvent::FetchStats { mirror, stats } => {
+            TelemetryEvent::FetchStats { mirror, stats } => {
                 if let Some(m) = self.mirrors.get_mut(&mirror) {
                     m.fetch_stats.merge(&stats);
                 }
             }
-            ShardEvent::Checkpoint { .. } => {}
+            TelemetryEvent::Checkpoint { .. } => {}
         }
     }
 
@@ -1746,6 +1767,10 @@ impl Core {
                     sync_halted: m.halted,
                 })
                 .collect(),
+            shard_events: Some(ShardEventMetrics {
+                telemetry_dropped: self.event_counts.telemetry_dropped(),
+                state_queued: self.event_counts.state_queued() as u64,
+            }),
         }
     }
 }

@@ -839,6 +839,7 @@ mod tests {
                         fetches: 5,
                         sync_halted: false,
                     }],
+                    shard_events: None,
                 },
             },
         })

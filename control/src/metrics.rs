@@ -119,6 +119,32 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
     }
 
     mirror_families(&mut out, &snapshot.mirrors);
+    if let Some(events) = &snapshot.shard_events {
+        header(
+            &mut out,
+            "ringmirror_shard_events_dropped_total",
+            "counter",
+            "Telemetry events from the shards (progress, statistics, checkpoints) dropped because a queue was full.",
+        );
+        sample(
+            &mut out,
+            "ringmirror_shard_events_dropped_total",
+            "",
+            events.telemetry_dropped as f64,
+        );
+        header(
+            &mut out,
+            "ringmirror_shard_state_events_queued",
+            "gauge",
+            "State events from the shards (acknowledgements, stops; never dropped) not yet acted on.",
+        );
+        sample(
+            &mut out,
+            "ringmirror_shard_state_events_queued",
+            "",
+            events.state_queued as f64,
+        );
+    }
     out
 }
 
@@ -182,7 +208,11 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn sample(out: &mut String, name: &str, labels: &str, value: f64) {
-    let _ = writeln!(out, "{name}{{{labels}}} {}", float(value));
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {}", float(value));
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {}", float(value));
+    }
 }
 
 fn partition_labels(p: &PartitionMetrics, extra: &[(&str, &str)]) -> String {
@@ -240,7 +270,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
-    use crate::admin::PartitionView;
+    use crate::admin::{PartitionView, ShardEventMetrics};
 
     fn partition(topic: &str, partition: i32, state: &str) -> PartitionMetrics {
         PartitionMetrics {
@@ -277,6 +307,10 @@ mod tests {
                 fetches: 42,
                 sync_halted: false,
             }],
+            shard_events: Some(ShardEventMetrics {
+                telemetry_dropped: 9,
+                state_queued: 2,
+            }),
         }
     }
 
@@ -307,6 +341,10 @@ mod tests {
             r#"ringmirror_mirror_fetch_latency_seconds{mirror="dr",quantile="0.99"} 0.25"#.to_owned(),
             r#"ringmirror_mirror_fetches_total{mirror="dr"} 42"#.to_owned(),
             r#"ringmirror_mirror_sync_halted{mirror="dr"} 0"#.to_owned(),
+            "# TYPE ringmirror_shard_events_dropped_total counter".to_owned(),
+            "ringmirror_shard_events_dropped_total 9".to_owned(),
+            "# TYPE ringmirror_shard_state_events_queued gauge".to_owned(),
+            "ringmirror_shard_state_events_queued 2".to_owned(),
         ] {
             assert!(lines.contains(expected.as_str()), "missing {expected:?} in:\n{text}");
         }
@@ -399,9 +437,32 @@ mod tests {
                 }
                 continue;
             }
+            let value_ok = |value: &str| match value {
+                "+Inf" | "-Inf" | "NaN" => true,
+                v => v.parse::<f64>().is_ok() && !v.contains(['i', 'n', 'I', 'N']),
+            };
+            // name value: a family of one series, without labels.
+            if let Some((name, value)) = line.split_once(' ').filter(|(name, _)| !name.contains('{')) {
+                if !name_ok(name) {
+                    return err("bad metric name");
+                }
+                if current.as_deref() != Some(name) || finished.contains(name) {
+                    return err("sample outside its family's block");
+                }
+                if types.get(name).is_some_and(|t| t == "summary") {
+                    return err("summary sample without quantile");
+                }
+                if !value_ok(value) {
+                    return err("bad value");
+                }
+                if !series.insert(name.to_owned()) {
+                    return err("duplicate series");
+                }
+                continue;
+            }
             // name{labels} value
             let Some(open) = line.find('{') else {
-                return err("no labels");
+                return err("no value");
             };
             let name = &line[..open];
             if !name_ok(name) {
@@ -462,11 +523,7 @@ mod tests {
             let Some(value) = line[close + 1..].strip_prefix(' ') else {
                 return err("no space before the value");
             };
-            let parsed = match value {
-                "+Inf" | "-Inf" | "NaN" => true,
-                v => v.parse::<f64>().is_ok() && !v.contains(['i', 'n', 'I', 'N']),
-            };
-            if !parsed {
+            if !value_ok(value) {
                 return err("bad value");
             }
             if !series.insert(line[..close + 1].to_owned()) {
@@ -486,9 +543,12 @@ mod tests {
             "# TYPE a gauge\n# TYPE b gauge\na{x=\"1\"} 1\n",
             "# TYPE s summary\ns{m=\"1\"} 1\n",
             "# TYPE g gauge\ng{x=\"\\q\"} 1\n",
+            "# TYPE g gauge\ng 1\ng 2\n",
+            "# TYPE g gauge\ng\n",
         ] {
             assert!(check_exposition(bad).is_err(), "accepted {bad:?}");
         }
         check_exposition("# HELP g a gauge\n# TYPE g gauge\ng{x=\"a\\\"b\"} -1.5\n").unwrap();
+        check_exposition("# TYPE g gauge\ng 3\n").unwrap();
     }
 }

@@ -8,6 +8,7 @@
 //! * [`sasl`] is SASL authentication (PLAIN, SCRAM), ours to sources and
 //!   our listener's; [`transport`] is a TCP stream in clear or under TLS.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
+//! * [`limits`] bounds the strings from the network that we write again.
 //! * [`failpoint`] kills the process at named points, for crash tests.
 //!
 //! This crate never imports the control plane; the control plane drives it
@@ -18,6 +19,7 @@ pub mod client;
 pub mod failpoint;
 pub mod fetch;
 pub mod lazy_alloc;
+pub mod limits;
 pub mod log;
 pub mod sasl;
 pub mod serve;

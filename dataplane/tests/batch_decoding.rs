@@ -201,7 +201,7 @@ fn control_records_decode() {
         -1,
         -1,
         ControlType::MirrorPidReset,
-        encode_mirror_pid_reset_value("c-1"),
+        encode_mirror_pid_reset_value("c-1").unwrap(),
         5,
     )
     .build();
@@ -241,7 +241,7 @@ proptest! {
         codec in 0u8..8,
     ) {
         let mut bytes = if control {
-            BatchBuilder::control_marker(0, 0, 1, 0, ControlType::MirrorPidReset, encode_mirror_pid_reset_value("x"), 0)
+            BatchBuilder::control_marker(0, 0, 1, 0, ControlType::MirrorPidReset, encode_mirror_pid_reset_value("x").unwrap(), 0)
                 .build()
         } else {
             batch(0, 0, 3)

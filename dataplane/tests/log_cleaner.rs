@@ -245,7 +245,7 @@ fn build(steps: &[Gen]) -> Vec<Built> {
                     NO_PRODUCER_ID,
                     -1,
                     ControlType::MirrorPidReset,
-                    encode_mirror_pid_reset_value("source"),
+                    encode_mirror_pid_reset_value("source").unwrap(),
                     ts,
                 );
                 push(reset.build(), Kind::Reset, &mut out, &mut next);
@@ -1249,7 +1249,7 @@ fn aborted_transactions_go_then_markers_past_the_horizon() {
         NO_PRODUCER_ID,
         -1,
         ControlType::MirrorPidReset,
-        encode_mirror_pid_reset_value("source"),
+        encode_mirror_pid_reset_value("source").unwrap(),
         1000,
     )
     .build();

@@ -126,7 +126,7 @@ fn build_batches(steps: &[Step], start_offset: i64) -> Vec<ModelBatch> {
                 (*producer, true, Some(kind))
             }
             Step::PidReset => {
-                let value = encode_mirror_pid_reset_value("source-cluster");
+                let value = encode_mirror_pid_reset_value("source-cluster").unwrap();
                 b = BatchBuilder::control_marker(0, epoch, NO_PRODUCER_ID, -1, ControlType::MirrorPidReset, value, ts);
                 (NO_PRODUCER_ID, false, Some(ControlType::MirrorPidReset))
             }

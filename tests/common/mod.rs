@@ -25,6 +25,7 @@ use serde_json::Value;
 
 pub mod kafka;
 pub mod pki;
+pub mod rewriting_proxy;
 pub mod tansu;
 
 /// Whole batches as (base offset, bytes), in log order.

@@ -9,6 +9,7 @@
 
 use super::header::{BATCH_HEADER_BYTES, RecordBatch};
 use super::varint::{VarintError, read_varint, read_varlong};
+use crate::limits::{TooLong, put_string};
 
 /// The version we write in MIRROR_PID_RESET values.
 pub const MIRROR_PID_RESET_VALUE_VERSION: i16 = 0;
@@ -145,13 +146,11 @@ fn take<'a>(buf: &'a [u8], pos: &mut usize, len: i32) -> Option<Option<&'a [u8]>
     Some(Some(field))
 }
 
-/// Encodes the value of a MIRROR_PID_RESET record.
-pub fn encode_mirror_pid_reset_value(source_cluster_id: &str) -> Vec<u8> {
-    let id = source_cluster_id.as_bytes();
-    let len = i16::try_from(id.len()).expect("cluster ids are short");
-    let mut out = Vec::with_capacity(4 + id.len());
+/// Encodes the value of a MIRROR_PID_RESET record; a cluster id longer
+/// than a Kafka STRING is refused.
+pub fn encode_mirror_pid_reset_value(source_cluster_id: &str) -> Result<Vec<u8>, TooLong> {
+    let mut out = Vec::with_capacity(4 + source_cluster_id.len());
     out.extend_from_slice(&MIRROR_PID_RESET_VALUE_VERSION.to_be_bytes());
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(id);
-    out
+    put_string(&mut out, "source cluster id", source_cluster_id)?;
+    Ok(out)
 }

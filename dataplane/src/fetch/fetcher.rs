@@ -28,7 +28,7 @@ use crate::log::TopicPartition;
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
 use super::control::{Directive, Directives};
-use super::events::{ShardEvent, StopReason};
+use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
 use super::stats::FetchStats;
@@ -151,7 +151,7 @@ pub(crate) struct Fetcher {
     pub inbox: Rc<RefCell<Vec<MirrorPartition>>>,
     pub alive: Rc<Cell<bool>>,
     pub returns: Returns,
-    pub events: async_channel::Sender<ShardEvent>,
+    pub events: ShardEventSink,
     pub stop: Rc<Cell<bool>>,
     pub directives: Directives,
     /// Announces appends to long-polling readers on any shard.
@@ -170,11 +170,6 @@ struct AfterResponse {
 impl Fetcher {
     fn give_back(&self, partition: MirrorPartition, reason: ReturnReason) {
         self.returns.borrow_mut().push(Returned { partition, reason });
-    }
-
-    fn event(&self, event: ShardEvent) {
-        // Events are advisory: a full or closed channel must not stall fetching.
-        let _ = self.events.try_send(event);
     }
 
     pub(crate) async fn run(self) {
@@ -260,7 +255,7 @@ impl Fetcher {
                 None => i += 1,
                 Some(Directive::Pause) => {
                     partitions[i].paused = true;
-                    self.event(ShardEvent::Paused {
+                    self.events.state(StateEvent::Paused {
                         mirror: partitions[i].key.mirror.clone(),
                         tp: partitions[i].key.tp.clone(),
                     });
@@ -346,7 +341,7 @@ impl Fetcher {
         tracing::info!(partition = %p.key, from = p.log().log_end_offset(), to = target, reason, "truncating to converge with the source");
         let result = p.log_mut().truncate_to(target);
         match result {
-            Ok(()) => self.event(ShardEvent::Truncated {
+            Ok(()) => self.events.state(StateEvent::Truncated {
                 mirror: p.key.mirror.clone(),
                 tp: p.key.tp.clone(),
                 to_offset: p.log().log_end_offset(),
@@ -359,7 +354,7 @@ impl Fetcher {
     fn stop_partition(&self, p: &mut MirrorPartition, reason: StopReason) {
         tracing::error!(partition = %p.key, ?reason, "partition stops appending");
         p.stopped = true;
-        self.event(ShardEvent::Stopped {
+        self.events.state(StateEvent::Stopped {
             mirror: p.key.mirror.clone(),
             tp: p.key.tp.clone(),
             reason,
@@ -694,7 +689,8 @@ impl Fetcher {
                     // for the same offset again.
                     p.failures += 1;
                     tracing::warn!(partition = %p.key, %error, failures = p.failures, "refusing a bad batch from the source; will fetch it again");
-                    self.event(ShardEvent::BadBatch {
+                    // Telemetry: counted where it arrives, and in the log here.
+                    let _ = self.events.telemetry(TelemetryEvent::BadBatch {
                         mirror: p.key.mirror.clone(),
                         tp: p.key.tp.clone(),
                         offset: p.log().log_end_offset(),
@@ -719,7 +715,7 @@ impl Fetcher {
             && p.epoch_bump_reported_at != destination_epoch
         {
             p.epoch_bump_reported_at = destination_epoch;
-            self.event(ShardEvent::EpochBumpDue {
+            self.events.state(StateEvent::EpochBumpDue {
                 mirror: p.key.mirror.clone(),
                 tp: p.key.tp.clone(),
                 source_epoch,
@@ -729,17 +725,21 @@ impl Fetcher {
     }
 
     /// Reports progress at most once per interval, and always when the
-    /// partition has just caught up with the source.
+    /// partition has just caught up with the source. Both reports are
+    /// latest values: one dropped (a full telemetry queue) is sent again
+    /// after the next response.
     fn report_progress(&self, p: &mut MirrorPartition) {
         let checkpoint = (p.log().recovery_point(), p.log().log_start_offset());
         if checkpoint != p.last_checkpoint {
-            p.last_checkpoint = checkpoint;
-            self.event(ShardEvent::Checkpoint {
+            let sent = self.events.telemetry(TelemetryEvent::Checkpoint {
                 mirror: p.key.mirror.clone(),
                 tp: p.key.tp.clone(),
                 recovery_point: checkpoint.0,
                 log_start_offset: checkpoint.1,
             });
+            if sent.is_ok() {
+                p.last_checkpoint = checkpoint;
+            }
         }
         let now = now_ms();
         let end = p.log().log_end_offset();
@@ -747,9 +747,7 @@ impl Fetcher {
         if caught_up
             || (end != p.last_progress_offset && now.saturating_sub(p.last_progress_ms) >= PROGRESS_INTERVAL_MS)
         {
-            p.last_progress_ms = now;
-            p.last_progress_offset = end;
-            self.event(ShardEvent::Progress {
+            let sent = self.events.telemetry(TelemetryEvent::Progress {
                 mirror: p.key.mirror.clone(),
                 tp: p.key.tp.clone(),
                 log_end_offset: end,
@@ -757,6 +755,10 @@ impl Fetcher {
                 appended_bytes: p.appended_bytes,
                 appended_batches: p.appended_batches,
             });
+            if sent.is_ok() {
+                p.last_progress_ms = now;
+                p.last_progress_offset = end;
+            }
         }
     }
 
@@ -825,7 +827,7 @@ impl Fetcher {
                         tracing::info!(partition = %p.key, ours, source_start = start, "behind the source's log start; restarting there");
                         let result = p.log_mut().truncate_fully_and_start_at(start);
                         match result {
-                            Ok(()) => self.event(ShardEvent::Truncated {
+                            Ok(()) => self.events.state(StateEvent::Truncated {
                                 mirror: p.key.mirror.clone(),
                                 tp: p.key.tp.clone(),
                                 to_offset: start,

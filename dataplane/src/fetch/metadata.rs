@@ -1,5 +1,8 @@
 //! Source cluster metadata: brokers, partition leaders and leader epochs,
-//! topic ids and the cluster id, from a Metadata request.
+//! topic ids and the cluster id, from a Metadata request. What we write
+//! again is checked here, where it enters ([`crate::limits`]): an answer
+//! with a cluster id we could not record is refused whole, a topic whose
+//! name is not a Kafka topic name is answered as INVALID_TOPIC_EXCEPTION.
 
 use std::collections::HashMap;
 
@@ -7,7 +10,9 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::client::error_codes::INVALID_TOPIC_EXCEPTION;
 use crate::client::{ClientError, Connection};
+use crate::limits::{check_cluster_id, check_topic_name, shown};
 use crate::log::TopicPartition;
 
 /// Where a source partition lives.
@@ -54,8 +59,17 @@ pub async fn fetch_source_metadata(
             .collect()
     });
     let response = conn.request(&request, version).await?;
+    let cluster_id = response.cluster_id.map(|c| c.to_string());
+    if let Some(id) = &cluster_id {
+        check_cluster_id(id).map_err(|reason| ClientError::Decode {
+            addr: conn.addr().to_owned(),
+            api: "Metadata",
+            version,
+            reason,
+        })?;
+    }
     let mut out = SourceMetadata {
-        cluster_id: response.cluster_id.map(|c| c.to_string()),
+        cluster_id,
         brokers: response
             .brokers
             .iter()
@@ -68,6 +82,15 @@ pub async fn fetch_source_metadata(
         let Some(name) = topic.name else { continue };
         let name = name.0.to_string();
         let topic_id = *topic.topic_id.as_bytes();
+        if let Err(reason) = check_topic_name(&name) {
+            tracing::warn!(
+                topic = shown(&name),
+                reason,
+                "the source names a topic Kafka would not; not mirroring it"
+            );
+            out.topic_errors.insert(name, INVALID_TOPIC_EXCEPTION);
+            continue;
+        }
         if topic.error_code != 0 {
             tracing::debug!(topic = name, code = topic.error_code, "source topic metadata error");
             out.topic_errors.insert(name, topic.error_code);

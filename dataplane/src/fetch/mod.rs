@@ -19,7 +19,10 @@ mod stats;
 mod supervisor;
 
 pub use control::{MirrorCommand, MirrorInbox};
-pub use events::{ShardEvent, StopReason};
+pub use events::{
+    ShardEvent, ShardEventCounts, ShardEventReceiver, ShardEventSink, StateEvent, StopReason,
+    TELEMETRY_EVENTS_QUEUED_MAX_DEFAULT, TelemetryEvent, event_queue,
+};
 pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
 pub use partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition, PartitionKey, shard_for, stable_hash};

@@ -15,7 +15,7 @@ use crate::client::{Connection, ConnectionOptions};
 use crate::serve::Registry;
 
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
-use super::events::ShardEvent;
+use super::events::{ShardEventSink, StateEvent, TelemetryEvent};
 use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
 use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
@@ -31,7 +31,7 @@ pub(crate) fn mirror_ended(
     ended: &crate::log::EndedMirroring,
     leader_epoch: i32,
     mirrored_epoch: i32,
-) -> ShardEvent {
+) -> StateEvent {
     // The last source epoch mirrored: every mirrored batch is at or below
     // the destination epoch of the mirroring, every closing marker above it
     // (also those of an attempt a crash interrupted).
@@ -45,7 +45,7 @@ pub(crate) fn mirror_ended(
             .map_or(-1, |e| e.epoch)
     });
     tracing::info!(mirror, %tp, ?ended, leader_epoch, last_mirror_epoch, "mirroring ended; the partition is writable");
-    ShardEvent::MirrorEnded {
+    StateEvent::MirrorEnded {
         mirror,
         tp,
         log_end_offset: ended.log_end_offset,
@@ -151,7 +151,7 @@ struct Supervisor {
     settings: LiveSettings,
     /// Set when the source's servers changed: the metadata connection goes.
     reconnect_metadata: bool,
-    events: async_channel::Sender<ShardEvent>,
+    events: ShardEventSink,
     topics: BTreeSet<String>,
     pending: Vec<Pending>,
     fetchers: HashMap<i32, FetcherHandle>,
@@ -174,7 +174,7 @@ struct Supervisor {
 pub async fn run_mirror(
     settings: MirrorSettings,
     partitions: Vec<MirrorPartition>,
-    events: async_channel::Sender<ShardEvent>,
+    events: ShardEventSink,
     inbox: MirrorInbox,
     registry: Rc<Registry>,
 ) -> Vec<MirrorPartition> {
@@ -266,8 +266,8 @@ impl Supervisor {
         }
     }
 
-    fn event(&self, event: ShardEvent) {
-        let _ = self.events.try_send(event);
+    fn event(&self, event: StateEvent) {
+        self.events.state(event);
     }
 
     /// Applies queued commands; returns true on Stop.
@@ -305,7 +305,7 @@ impl Supervisor {
                 MirrorCommand::Pause(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
                     Some(p) => {
                         p.partition.paused = true;
-                        self.event(ShardEvent::Paused {
+                        self.event(StateEvent::Paused {
                             mirror: self.settings.get().name.clone(),
                             tp,
                         });
@@ -335,7 +335,7 @@ impl Supervisor {
             self.directives.borrow_mut().insert(tp, directive);
         } else {
             let error = format!("{directive:?}: partition is not mirrored here");
-            self.event(ShardEvent::CommandFailed {
+            self.event(StateEvent::CommandFailed {
                 mirror: self.settings.get().name.clone(),
                 tp,
                 error,
@@ -347,13 +347,13 @@ impl Supervisor {
         let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
         drop(partition);
         match self.registry.close(&tp) {
-            Ok((recovery_point, log_start_offset)) => self.event(ShardEvent::Removed {
+            Ok((recovery_point, log_start_offset)) => self.event(StateEvent::Removed {
                 mirror,
                 tp,
                 recovery_point,
                 log_start_offset,
             }),
-            Err(e) => self.event(ShardEvent::CommandFailed {
+            Err(e) => self.event(StateEvent::CommandFailed {
                 mirror,
                 tp,
                 error: format!("close: {e}"),
@@ -376,7 +376,7 @@ impl Supervisor {
                 leader_epoch,
                 mirrored_epoch,
             )),
-            Err(error) => self.event(ShardEvent::CommandFailed {
+            Err(error) => self.event(StateEvent::CommandFailed {
                 mirror,
                 tp,
                 error: format!("end mirroring: {error}"),
@@ -492,10 +492,14 @@ impl Supervisor {
         }
         self.last_stats_ms = now;
         let stats = std::mem::take(&mut *self.stats.borrow_mut());
-        self.event(ShardEvent::FetchStats {
+        let report = TelemetryEvent::FetchStats {
             mirror: self.settings.get().name.clone(),
             stats: Box::new(stats),
-        });
+        };
+        // Not lost when the queue is full: kept for the next report.
+        if let Err(TelemetryEvent::FetchStats { stats, .. }) = self.events.telemetry(report) {
+            self.stats.borrow_mut().merge(&stats);
+        }
     }
 
     async fn collect_on_stop(self) -> Vec<MirrorPartition> {

@@ -29,7 +29,9 @@ pub struct EndedMirroring {
 
 impl PartitionLog {
     /// Appends the markers that end mirroring at `leader_epoch`, and flushes.
+    /// A cluster id the record cannot hold is refused before anything is written.
     pub fn end_mirroring(&mut self, leader_epoch: i32, source_cluster_id: &str, now_ms: u64) -> Result<EndedMirroring> {
+        let reset_value = encode_mirror_pid_reset_value(source_cluster_id)?;
         // Recorded before the first marker: the log is not only the source's any more.
         self.note_local_write()?;
         let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
@@ -63,7 +65,7 @@ impl PartitionLog {
                 NO_PRODUCER_ID,
                 -1,
                 ControlType::MirrorPidReset,
-                encode_mirror_pid_reset_value(source_cluster_id),
+                reset_value,
                 timestamp,
             );
             self.append(&reset.build(), now_ms)?;
@@ -148,5 +150,27 @@ mod tests {
             (again.aborted_transactions, again.wrote_pid_reset, again.log_end_offset),
             (0, false, 5)
         );
+    }
+
+    #[test]
+    fn a_cluster_id_the_record_cannot_hold_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(OpenOptions::new(dir.path(), LogConfig::default())).unwrap();
+        log.append(&transactional(0, 7), 0).unwrap();
+        let refused = log.end_mirroring(10, &"c".repeat(40_000), 5).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .starts_with("source cluster id is 40000 bytes, longer than Kafka allows"),
+            "{refused}"
+        );
+        // No ABORT marker either: the transaction is still open.
+        assert_eq!((log.log_end_offset(), log.last_stable_offset()), (1, 0));
+        // The longest id that fits is written, and read back.
+        let longest = "c".repeat(i16::MAX as usize);
+        assert!(log.end_mirroring(10, &longest, 6).unwrap().wrote_pid_reset);
+        let last = log.read(2, 1).unwrap().to_vec().unwrap();
+        let reset = ControlRecord::decode(&RecordBatch::new(&last[..]).unwrap()).unwrap();
+        assert_eq!(reset.source_cluster_id.as_deref(), Some(longest.as_str()));
     }
 }

@@ -27,6 +27,10 @@ pub enum LogError {
     PartialBatch { position: usize },
     #[error("corrupt {path}: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
+    /// A record we write would not hold a string (such as a source
+    /// cluster id in MIRROR_PID_RESET).
+    #[error(transparent)]
+    FieldTooLong(#[from] crate::limits::TooLong),
     #[error("partition {path} belongs to topic id {on_disk}, not {requested}")]
     TopicIdMismatch {
         path: PathBuf,

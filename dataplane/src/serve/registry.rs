@@ -189,6 +189,8 @@ impl Registry {
         source_cluster_id: &str,
     ) -> Result<(crate::log::EndedMirroring, i32), String> {
         let served = self.get(tp).ok_or("not open on this shard")?;
+        // Refused before the marker (which holds it) is written.
+        crate::limits::check_cluster_id(source_cluster_id)?;
         let dir = self.log_dir.partition_dir(tp);
         write_marker(
             &dir,

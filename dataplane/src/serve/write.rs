@@ -32,8 +32,6 @@ use crate::fetch::shard_for;
 use crate::log::{PartitionLog, ProduceError, TopicPartition};
 use crate::shard::UNCLAIMED_MIRROR;
 
-/// Kafka's limit on topic name length.
-const TOPIC_NAME_MAX: usize = 249;
 /// Names reserved for the agent's own state.
 const RESERVED_PREFIX: &str = "__ringmirror";
 
@@ -175,22 +173,9 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
     produce_response(&request, version, answers)
 }
 
-/// Kafka's rule for topic names.
+/// Kafka's rule for topic names, and ours for the agent's own state.
 fn valid_topic_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name == "." || name == ".." {
-        return Err(format!("{name:?} is not a valid topic name"));
-    }
-    if name.len() > TOPIC_NAME_MAX {
-        return Err(format!("topic names are at most {TOPIC_NAME_MAX} characters"));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
-        return Err(format!(
-            "{name:?}: topic names use only ASCII letters, digits, '.', '_' and '-'"
-        ));
-    }
+    crate::limits::check_topic_name(name)?;
     if name.starts_with(RESERVED_PREFIX) {
         return Err(format!("names starting with {RESERVED_PREFIX} are reserved"));
     }

@@ -2,7 +2,8 @@
 //! partitions placed on it (their logs in its [`Registry`], their fetchers
 //! and connections) and accepting client connections on the shared
 //! listening port. Shards share nothing mutable: they take
-//! [`ShardCommand`]s from a channel, report [`ShardEvent`]s through another,
+//! [`ShardCommand`]s from a channel, report events through a
+//! [`ShardEventSink`] (state events never dropped),
 //! run other shards' read jobs ([`ShardLinks`]), and hand back their
 //! partitions' final offsets when they stop.
 
@@ -16,7 +17,8 @@ use glommio::task::JoinHandle;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 
 use crate::fetch::{
-    MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEvent, mirror_ended, run_mirror,
+    MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEventSink, StateEvent,
+    mirror_ended, run_mirror,
 };
 use crate::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 use crate::serve::registry::{ending_mirror, is_local_partition};
@@ -149,7 +151,9 @@ pub struct ShardHandle {
 }
 
 impl ShardHandle {
-    /// Queues a command; fails only if the shard has ended.
+    /// Queues a command; fails only if the shard has ended. The command
+    /// queue is unbounded (commands are few: one per operator request or
+    /// state change per partition), so none is ever refused while it runs.
     pub fn send(&self, command: ShardCommand) -> Result<(), String> {
         self.commands
             .try_send(command)
@@ -185,7 +189,7 @@ fn now_ms() -> u64 {
 pub fn spawn_shard(
     plan: ShardPlan,
     log_dir: Arc<LogDir>,
-    events: async_channel::Sender<ShardEvent>,
+    events: ShardEventSink,
     serving: ShardServing,
 ) -> std::io::Result<ShardHandle> {
     let (commands, inbox) = async_channel::unbounded();
@@ -283,7 +287,7 @@ struct MirrorTask {
 struct Shard {
     index: usize,
     log_dir: Arc<LogDir>,
-    events: async_channel::Sender<ShardEvent>,
+    events: ShardEventSink,
     log_config: LogConfig,
     mirrors: HashMap<String, MirrorTask>,
     registry: Rc<Registry>,
@@ -310,7 +314,7 @@ impl Shard {
                             .open(&tp, None, mirror)
                             .and_then(|_| self.finish_interrupted_end(&tp))
                     {
-                        let _ = self.events.try_send(ShardEvent::CommandFailed {
+                        self.events.state(StateEvent::CommandFailed {
                             mirror: UNCLAIMED_MIRROR.into(),
                             tp,
                             error: e,
@@ -354,7 +358,7 @@ impl Shard {
                 Some(m) => m.inbox.borrow_mut().push_back(command),
                 None => {
                     let error = "no such mirror on this shard".to_string();
-                    let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
+                    self.events.state(StateEvent::CommandFailed { mirror, tp, error });
                 }
             }
         }
@@ -400,7 +404,7 @@ impl Shard {
     fn end_unplaced(&self, mirror: String, tp: TopicPartition, source_cluster_id: &str, destination_epoch: i32) {
         let Some(served) = self.registry.get(&tp) else {
             let error = "end mirroring: the partition is not open".to_string();
-            let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
+            self.events.state(StateEvent::CommandFailed { mirror, tp, error });
             return;
         };
         served.observe_epoch(destination_epoch);
@@ -422,20 +426,20 @@ impl Shard {
         } else {
             match self.registry.end_mirroring(&tp, source_cluster_id) {
                 Ok((ended, epoch)) => mirror_ended(&self.registry, mirror, tp, &ended, epoch, destination_epoch),
-                Err(e) => ShardEvent::CommandFailed {
+                Err(e) => StateEvent::CommandFailed {
                     mirror,
                     tp,
                     error: format!("end mirroring: {e}"),
                 },
             }
         };
-        let _ = self.events.try_send(event);
+        self.events.state(event);
     }
 
     fn add_partition(&mut self, settings: MirrorSettings, key: PartitionKey, start: PartitionStart) {
         let (mirror, tp) = (key.mirror.clone(), key.tp.clone());
         if let Err(error) = self.try_add_partition(settings, key, start) {
-            let _ = self.events.try_send(ShardEvent::CommandFailed { mirror, tp, error });
+            self.events.state(StateEvent::CommandFailed { mirror, tp, error });
         }
     }
 
@@ -482,7 +486,7 @@ impl Shard {
             None => None,
         };
         served.observe_epoch(start.destination_epoch);
-        let _ = self.events.try_send(ShardEvent::Placed {
+        self.events.state(StateEvent::Placed {
             mirror: key.mirror.clone(),
             tp: key.tp.clone(),
             log_end_offset: served.log.borrow().log_end_offset(),

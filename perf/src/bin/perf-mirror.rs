@@ -2676,7 +2676,7 @@ fn run_lag(args: &Args) -> anyhow::Result<()> {
     use hdrhistogram::Histogram;
     use ringmirror::agent::Agent;
     use ringmirror::config::AgentConfig;
-    use ringmirror_dataplane::fetch::ShardEvent;
+    use ringmirror_dataplane::fetch::{ShardEvent, TelemetryEvent};
 
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rate = args.rate_mb_s * 1e6;
@@ -2718,7 +2718,7 @@ fn run_lag(args: &Args) -> anyhow::Result<()> {
     let seen: Arc<Mutex<Seen>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
     let observer_seen = Arc::clone(&seen);
     let observer = Box::new(move |event: &ShardEvent| {
-        if let ShardEvent::Progress { tp, log_end_offset, .. } = event {
+        if let ShardEvent::Telemetry(TelemetryEvent::Progress { tp, log_end_offset, .. }) = event {
             let now = Instant::now();
             observer_seen
                 .lock()

@@ -503,6 +503,13 @@ fn ms(v: i32) -> Duration {
     Duration::from_millis(u64::try_from(v).unwrap_or(0))
 }
 
+/// A group id whose offsets can be stored: not empty, and within a Kafka
+/// STRING (the records' keys hold it with an i16 length). A flexible
+/// request's compact string may carry a longer one.
+fn storable_group_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= crate::limits::STRING_BYTES_MAX
+}
+
 impl GroupCoordinator {
     /// Opens shard `shard`'s offsets and share groups under `data_dir`;
     /// every group with committed offsets exists, Empty.
@@ -822,7 +829,7 @@ impl GroupCoordinator {
         now: Instant,
     ) -> Vec<i16> {
         let all = |code: i16| vec![code; offsets.len()];
-        if group_id.is_empty() {
+        if !storable_group_id(group_id) {
             return all(INVALID_GROUP_ID);
         }
         if self.shares.contains(group_id) {
@@ -933,7 +940,7 @@ impl GroupCoordinator {
         offsets: Vec<((String, i32), i64)>,
         now_ms: i64,
     ) -> Result<(), i16> {
-        if group_id.is_empty() {
+        if !storable_group_id(group_id) {
             return Err(INVALID_GROUP_ID);
         }
         if self.groups.contains_key(group_id) {

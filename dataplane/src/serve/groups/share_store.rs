@@ -31,7 +31,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::store::{Reader, StoreResult, encode_partition_key, open_shard_log, put_str, tombstone};
+use super::store::{Reader, StoreResult, encode_partition_key, open_shard_log, tombstone};
+use crate::limits::{TooLong, put_string};
 use crate::log::{CompactedLog, KeyedRecord};
 
 const KEY_VERSION_GROUP: i16 = 0;
@@ -63,14 +64,14 @@ pub struct ShareOffsetStore {
     groups: BTreeMap<String, ShareGroup>,
 }
 
-pub fn encode_group_key(group: &str) -> Vec<u8> {
+pub fn encode_group_key(group: &str) -> Result<Vec<u8>, TooLong> {
     let mut out = Vec::with_capacity(4 + group.len());
     out.extend_from_slice(&KEY_VERSION_GROUP.to_be_bytes());
-    put_str(&mut out, group);
-    out
+    put_string(&mut out, "group id", group)?;
+    Ok(out)
 }
 
-pub fn encode_offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+pub fn encode_offset_key(group: &str, topic: &str, partition: i32) -> Result<Vec<u8>, TooLong> {
     encode_partition_key(KEY_VERSION_START_OFFSET, group, topic, partition)
 }
 
@@ -178,15 +179,17 @@ impl ShareOffsetStore {
             .collect();
         let mut records = Vec::with_capacity(values.len() + 1);
         records.push(KeyedRecord {
-            key: encode_group_key(group),
+            key: encode_group_key(group)?,
             value: Some(encode_group_value(epoch)),
             timestamp_ms: Some(now_ms),
         });
-        records.extend(values.iter().map(|((topic, partition), v)| KeyedRecord {
-            key: encode_offset_key(group, topic, *partition),
-            value: Some(encode_offset_value(v)),
-            timestamp_ms: Some(now_ms),
-        }));
+        for ((topic, partition), v) in &values {
+            records.push(KeyedRecord {
+                key: encode_offset_key(group, topic, *partition)?,
+                value: Some(encode_offset_value(v)),
+                timestamp_ms: Some(now_ms),
+            });
+        }
         self.log.append(records)?;
         let g = self.groups.entry(group.to_owned()).or_default();
         g.epoch = epoch;
@@ -204,8 +207,8 @@ impl ShareOffsetStore {
         let doomed: Vec<(String, i32)> = g.offsets.keys().filter(|(t, _)| topics.contains(t)).cloned().collect();
         let records = doomed
             .iter()
-            .map(|(topic, partition)| tombstone(encode_offset_key(group, topic, *partition)))
-            .collect();
+            .map(|(topic, partition)| encode_offset_key(group, topic, *partition).map(tombstone))
+            .collect::<Result<_, TooLong>>()?;
         self.log.append(records)?;
         let g = self.groups.get_mut(group).expect("found above");
         let mut deleted: Vec<String> = Vec::new();
@@ -223,12 +226,10 @@ impl ShareOffsetStore {
         let Some(g) = self.groups.get(group) else {
             return Ok(());
         };
-        let mut records = vec![tombstone(encode_group_key(group))];
-        records.extend(
-            g.offsets
-                .keys()
-                .map(|(topic, partition)| tombstone(encode_offset_key(group, topic, *partition))),
-        );
+        let mut records = vec![tombstone(encode_group_key(group)?)];
+        for (topic, partition) in g.offsets.keys() {
+            records.push(tombstone(encode_offset_key(group, topic, *partition)?));
+        }
         self.log.append(records)?;
         self.groups.remove(group);
         Ok(())
@@ -247,12 +248,15 @@ mod tests {
     #[test]
     fn records_round_trip() {
         assert_eq!(
-            encode_group_key("g"),
+            encode_group_key("g").unwrap(),
             [&[0, 0, 0, 1][..], b"g"].concat(),
             "key version 0, the group"
         );
-        assert_eq!(decode_key(&encode_group_key("g")), Some(ShareKey::Group("g".into())));
-        let key = encode_offset_key("g", "orders", 7);
+        assert_eq!(
+            decode_key(&encode_group_key("g").unwrap()),
+            Some(ShareKey::Group("g".into()))
+        );
+        let key = encode_offset_key("g", "orders", 7).unwrap();
         assert_eq!(
             key,
             [&[0, 1, 0, 1][..], b"g", &[0, 6], b"orders", &[0, 0, 0, 7]].concat()

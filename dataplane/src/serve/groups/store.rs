@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::limits::{TooLong, put_string};
 use crate::log::compacted::LiveValues;
 use crate::log::{CompactedLog, KeyedRecord, LogError};
 
@@ -71,38 +72,32 @@ pub(super) fn tombstone(key: Vec<u8>) -> KeyedRecord {
     }
 }
 
-/// A string as `__consumer_offsets` records write it: an i16 length, then
-/// UTF-8 bytes.
-pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
 /// A key of key version `version` naming (group, topic, partition): an
-/// offset commit's, or a share-group start offset's.
-pub(super) fn encode_partition_key(version: i16, group: &str, topic: &str, partition: i32) -> Vec<u8> {
+/// offset commit's, or a share-group start offset's. Strings are Kafka
+/// STRINGs (i16 length): a longer one is refused, never wrapped.
+pub(super) fn encode_partition_key(version: i16, group: &str, topic: &str, partition: i32) -> Result<Vec<u8>, TooLong> {
     let mut out = Vec::with_capacity(10 + group.len() + topic.len());
     out.extend_from_slice(&version.to_be_bytes());
-    put_str(&mut out, group);
-    put_str(&mut out, topic);
+    put_string(&mut out, "group id", group)?;
+    put_string(&mut out, "topic name", topic)?;
     out.extend_from_slice(&partition.to_be_bytes());
-    out
+    Ok(out)
 }
 
 /// Key version 1: group, topic, partition.
-pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+pub fn encode_key(group: &str, topic: &str, partition: i32) -> Result<Vec<u8>, TooLong> {
     encode_partition_key(KEY_VERSION_OFFSET, group, topic, partition)
 }
 
 /// Value version 3: offset, leader epoch, metadata, commit timestamp.
-pub fn encode_value(v: &CommittedOffset) -> Vec<u8> {
+pub fn encode_value(v: &CommittedOffset) -> Result<Vec<u8>, TooLong> {
     let mut out = Vec::with_capacity(24 + v.metadata.len());
     out.extend_from_slice(&VALUE_VERSION.to_be_bytes());
     out.extend_from_slice(&v.offset.to_be_bytes());
     out.extend_from_slice(&v.leader_epoch.to_be_bytes());
-    put_str(&mut out, &v.metadata);
+    put_string(&mut out, "offset metadata", &v.metadata)?;
     out.extend_from_slice(&v.commit_timestamp.to_be_bytes());
-    out
+    Ok(out)
 }
 
 /// A cursor over a record key or value (of either store); `None` when it
@@ -193,12 +188,14 @@ impl OffsetStore {
     pub fn commit(&mut self, group: &str, offsets: Vec<((String, i32), CommittedOffset)>) -> StoreResult<()> {
         let records = offsets
             .iter()
-            .map(|((topic, partition), v)| KeyedRecord {
-                key: encode_key(group, topic, *partition),
-                value: Some(encode_value(v)),
-                timestamp_ms: Some(v.commit_timestamp),
+            .map(|((topic, partition), v)| {
+                Ok(KeyedRecord {
+                    key: encode_key(group, topic, *partition)?,
+                    value: Some(encode_value(v)?),
+                    timestamp_ms: Some(v.commit_timestamp),
+                })
             })
-            .collect();
+            .collect::<Result<_, TooLong>>()?;
         self.log.append(records)?;
         if !offsets.is_empty() {
             self.offsets.entry(group.to_owned()).or_default().extend(offsets);
@@ -213,8 +210,8 @@ impl OffsetStore {
         };
         let records = offsets
             .keys()
-            .map(|(topic, partition)| tombstone(encode_key(group, topic, *partition)))
-            .collect();
+            .map(|(topic, partition)| encode_key(group, topic, *partition).map(tombstone))
+            .collect::<Result<_, TooLong>>()?;
         self.log.append(records)?;
         self.offsets.remove(group);
         Ok(())
@@ -240,13 +237,13 @@ mod tests {
 
     #[test]
     fn records_round_trip_in_kafkas_format() {
-        let key = encode_key("g", "orders", 7);
+        let key = encode_key("g", "orders", 7).unwrap();
         assert_eq!(
             key,
             [&[0, 1, 0, 1][..], b"g", &[0, 6], b"orders", &[0, 0, 0, 7]].concat()
         );
         assert_eq!(decode_key(&key), Some(("g".into(), "orders".into(), 7)));
-        assert_eq!(decode_value(&encode_value(&offset(42))), Some(offset(42)));
+        assert_eq!(decode_value(&encode_value(&offset(42)).unwrap()), Some(offset(42)));
         // Version 1 (with an expire timestamp) is read too; epoch unknown.
         let mut v1 = vec![0, 1];
         v1.extend_from_slice(&9i64.to_be_bytes());
@@ -260,6 +257,30 @@ mod tests {
         );
         assert_eq!(decode_key(&[0, 2, 0, 1, b'g']), None);
         assert_eq!(decode_value(&[0, 3, 1]), None);
+    }
+
+    #[test]
+    fn strings_longer_than_their_i16_length_are_refused_not_wrapped() {
+        let long = "x".repeat(40_000);
+        let refused = encode_key(&long, "t", 0).unwrap_err();
+        assert_eq!((refused.field, refused.bytes), ("group id", 40_000));
+        assert_eq!(encode_key("g", &long, 0).unwrap_err().field, "topic name");
+        let mut v = offset(1);
+        v.metadata = long;
+        assert_eq!(encode_value(&v).unwrap_err().field, "offset metadata");
+        // Nothing reaches the log.
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = OffsetStore::open(dir.path(), 0, u64::MAX).unwrap();
+        let refused = store.commit("g", vec![(tp("t", 0), offset(1)), (tp("t", 1), v)]);
+        assert!(matches!(refused, Err(LogError::FieldTooLong(_))), "{refused:?}");
+        assert!(store.offsets("g").is_none());
+        drop(store);
+        assert!(
+            OffsetStore::open(dir.path(), 0, u64::MAX)
+                .unwrap()
+                .offsets("g")
+                .is_none()
+        );
     }
 
     #[test]

@@ -590,3 +590,31 @@ fn list_groups_filters_by_type_as_kafka() {
     );
     assert!(list(5, &["share"], &["Stable"]).is_empty());
 }
+
+#[test]
+fn a_group_id_longer_than_a_kafka_string_is_refused_and_the_longest_one_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let longest = "g".repeat(crate::limits::STRING_BYTES_MAX);
+    let too_long = "g".repeat(40_000);
+    let tp = ("t".to_string(), 0);
+    {
+        let mut c = coordinator(dir.path());
+        // A flexible OffsetCommit's compact string can carry it; the record's
+        // i16 length could not.
+        assert_eq!(
+            c.commit(&too_long, -1, "", vec![(tp.clone(), offset(7))], t0),
+            [INVALID_GROUP_ID]
+        );
+        assert_eq!(
+            c.alter_share_offsets(&too_long, vec![(tp.clone(), 1)], 1),
+            Err(INVALID_GROUP_ID)
+        );
+        assert!(c.list().is_empty(), "nothing created: {:?}", c.list());
+        assert_eq!(c.commit(&longest, -1, "", vec![(tp.clone(), offset(7))], t0), [NONE]);
+    }
+    // What was stored reads back whole after a reopen.
+    let c = coordinator(dir.path());
+    assert_eq!(c.committed(&longest, None), [(tp.clone(), Some(offset(7)))]);
+    assert!(c.committed(&too_long, None).is_empty());
+}
