@@ -1378,6 +1378,7 @@ mod tests {
                             sync_halted: false,
                         })
                         .collect(),
+                    shard_events: None,
                 },
             },
             AdminRequest::DescribeMirror { mirror } => AdminAnswer::Status {
