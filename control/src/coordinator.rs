@@ -428,6 +428,13 @@ impl Core {
                 Wake::Call(call) => {
                     let answer = self.handle(call.request);
                     let _ = call.reply.try_send(answer);
+                    // Calls win the race above: a steady stream of them
+                    // (an operator polling status while rounds run back to
+                    // back) must not starve the shards' events (a
+                    // partition left STOPPING although its mirroring ended).
+                    while let Ok(event) = events.try_recv() {
+                        self.on_event(event);
+                    }
                     self.reports_dirty = true;
                 }
                 Wake::Event(event) => {

@@ -383,6 +383,8 @@ pub async fn probe(
                 .map(|id| {
                     let mut t = MetadataRequestTopic::default();
                     t.topic_id = uuid::Uuid::from_bytes(*id);
+                    // By id alone (the default name is an empty string).
+                    t.name = None;
                     t
                 })
                 .collect(),

@@ -23,6 +23,7 @@ use ringmirror_dataplane::batch::{BatchIter, Record, RecordBatch};
 use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
 use serde_json::Value;
 
+pub mod metadata_proxy;
 pub mod tansu;
 
 /// Whole batches as (base offset, bytes), in log order.
