@@ -246,13 +246,6 @@ fn source_config(dir: &Path, addr: &str) -> AgentConfig {
     .expect("source config")
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 /// The topic id `addr` reports for `topic`.
 fn topic_id(addr: &str, topic: &str) -> String {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -321,7 +314,7 @@ fn stopped_only_after_the_window(recreate: bool) {
     let mut max_round = 0;
     let stopped_at = common::wait_until(DEADLINE, "doomed stopping", || {
         let state = state(&b, doomed);
-        let now = now_ms();
+        let now = common::now_ms();
         if state == "STOPPING" || state == "STOPPED" {
             return Ok(now);
         }

@@ -169,13 +169,6 @@ fn mirror_definition(bootstrap: &str, exclude: &str) -> MirrorConfig {
     .expect("mirror definition")
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 /// The mirror's partitions of `topic`, by partition.
 fn views_of(agent: &Agent, topic: &str) -> BTreeMap<i32, PartitionView> {
     common::describe_mirror(agent, "dr")
@@ -414,7 +407,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     delete_topic(&addr, TRADES);
     let mut pending = None;
     let acted_at = common::wait_until(DEADLINE, "trades stopping", || {
-        let now = now_ms();
+        let now = common::now_ms();
         let views = views_of(&agent, TRADES);
         if views.values().any(|v| v.state == "STOPPING" || v.state == "STOPPED") {
             return Ok(now);

@@ -1487,3 +1487,11 @@ pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::serve::acls::AclBinding>
     assert!(unreadable.is_empty(), "{unreadable:?}");
     bindings
 }
+
+/// Wall-clock milliseconds since the epoch (as the agent stamps `since_ms`).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
