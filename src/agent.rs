@@ -75,6 +75,8 @@ pub struct Agent {
     /// What the listener answers to DescribeClusterMirrors (published by
     /// the control plane).
     mirror_reports: Arc<MirrorReportsHandle>,
+    /// The listener's topics and their config overrides.
+    catalog: Arc<CatalogHandle>,
     /// Holds the listening port (bound with SO_REUSEPORT, never accepting)
     /// so that a port picked by the kernel stays ours while shards bind it.
     _port_reservation: Option<socket2::Socket>,
@@ -453,6 +455,7 @@ impl Agent {
             events_thread,
             listener_addr,
             mirror_reports,
+            catalog,
             _port_reservation: reservation,
             _data_dir_lock: data_dir_lock,
         })
@@ -466,6 +469,13 @@ impl Agent {
     /// Where the mirror reports are published for DescribeClusterMirrors.
     pub fn mirror_reports(&self) -> Arc<MirrorReportsHandle> {
         Arc::clone(&self.mirror_reports)
+    }
+
+    /// The listener's catalog: its topics, and the config overrides its
+    /// DescribeConfigs answers (published by the control plane for mirror
+    /// topics; set here for a local topic).
+    pub fn catalog(&self) -> Arc<CatalogHandle> {
+        Arc::clone(&self.catalog)
     }
 
     /// Where the admin API listens, when configured.

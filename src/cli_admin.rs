@@ -243,6 +243,14 @@ pub struct CreateArgs {
     /// How often the source's metadata is read [default: 30000].
     #[arg(long, value_name = "MS")]
     pub metadata_refresh_interval_ms: Option<u64>,
+    /// Metadata rounds in a row that must find a topic absent at the
+    /// source (by name and id) before it is stopped [default: 3].
+    #[arg(long, value_name = "ROUNDS")]
+    pub topic_deletion_confirm_rounds: Option<u32>,
+    /// How long a topic must be absent at the source, at least, before it
+    /// is stopped [default: 120000].
+    #[arg(long, value_name = "MS")]
+    pub topic_deletion_confirm_ms: Option<u64>,
     /// How record bytes reach the log [default: aligned_copy].
     #[arg(long, value_parser = ["aligned_copy", "mmap"])]
     pub ingest: Option<String>,
@@ -314,6 +322,14 @@ impl CreateArgs {
         set(
             "metadata_refresh_interval_ms",
             self.metadata_refresh_interval_ms.map(|v| (v as i64).into()),
+        );
+        set(
+            "topic_deletion_confirm_rounds",
+            self.topic_deletion_confirm_rounds.map(|v| i64::from(v).into()),
+        );
+        set(
+            "topic_deletion_confirm_ms",
+            self.topic_deletion_confirm_ms.map(|v| (v as i64).into()),
         );
         set("ingest", self.ingest.clone().map(toml::Value::String));
         set(
@@ -774,6 +790,13 @@ fn describe(d: &MirrorDescription) -> String {
             format!("every {} ms", c.metadata_refresh_interval_ms),
         ),
         (
+            "topic deletion",
+            format!(
+                "confirmed after {} rounds over at least {} ms",
+                c.topic_deletion_confirm_rounds, c.topic_deletion_confirm_ms
+            ),
+        ),
+        (
             "ingest",
             serde_json::json!(c.ingest).as_str().unwrap_or_default().to_owned(),
         ),
@@ -805,12 +828,39 @@ fn describe(d: &MirrorDescription) -> String {
     for (topic, outcome) in &d.topic_configs {
         let _ = writeln!(out, "  topic {topic} configs: {outcome}");
     }
+    for check in &d.topic_checks {
+        let _ = writeln!(out, "  topic {}: {}", check.topic, topic_check(check));
+    }
     for (group, outcome) in &d.groups {
         let _ = writeln!(out, "  group {group}: {outcome}");
     }
     out.push('\n');
     out.push_str(&partitions_table(d.partitions.clone()));
     out
+}
+
+/// A pending deletion (or a sync error) of a mirrored topic, in words.
+fn topic_check(c: &ringmirror_control::deletion::TopicCheck) -> String {
+    let brokers = c.brokers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+    let evidence = if c.by_id { "by name and id" } else { "by name" };
+    let pending = format!(
+        "round {} of {} (and at least {} ms); brokers {brokers}; {evidence}",
+        c.round, c.rounds_min, c.confirm_ms
+    );
+    match c.kind.as_str() {
+        "sync_error" => format!(
+            "sync error: {} at {} (not stopped for it)",
+            ringmirror_control::deletion::error_name(c.error_code.unwrap_or_default()),
+            utc_time(c.since_ms)
+        ),
+        "recreated" => format!(
+            "recreated at the source as {}; {} absent since {}, {pending}",
+            c.new_topic_id.as_deref().unwrap_or("-"),
+            c.topic_id,
+            utc_time(c.since_ms)
+        ),
+        _ => format!("absent at the source since {}, {pending}", utc_time(c.since_ms)),
+    }
 }
 
 /// The status table, sorted, with each partition's error (if any) below.
@@ -969,6 +1019,8 @@ mod tests {
             fetch_max_wait_ms: Some(100),
             fetch_min_bytes: None,
             metadata_refresh_interval_ms: None,
+            topic_deletion_confirm_rounds: Some(5),
+            topic_deletion_confirm_ms: None,
             ingest: Some("mmap".into()),
             security_protocol: None,
             ssl_ca_location: None,
@@ -991,6 +1043,10 @@ mod tests {
             (1024, 100, 1)
         );
         assert_eq!(c.ingest, ringmirror_dataplane::fetch::IngestMode::Mmap);
+        assert_eq!(
+            (c.topic_deletion_confirm_rounds, c.topic_deletion_confirm_ms),
+            (5, 120_000)
+        );
         let tls = CreateArgs {
             security_protocol: Some("ssl".into()),
             ssl_ca_location: Some("/etc/ca.pem".into()),

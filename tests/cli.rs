@@ -186,6 +186,7 @@ mod admin {
         AdminAnswer, AdminCall, AdminError, AdminRequest, MirrorDescription, MirrorSummary, PartitionView,
         TopicPartitionName,
     };
+    use ringmirror_control::deletion::TopicCheck;
     use ringmirror_control::http::AdminServer;
     use ringmirror_control::mirror::MirrorConfig;
 
@@ -289,6 +290,19 @@ mod admin {
                     topic_configs: BTreeMap::new(),
                     acls_synced_ms: None,
                     acls: String::new(),
+                    topic_checks: vec![TopicCheck {
+                        topic: "payments".into(),
+                        topic_id: "0000002a-0000-0000-0000-000000000000".into(),
+                        kind: "deleted".into(),
+                        since_ms: 1_709_210_096_000,
+                        round: 2,
+                        rounds_min: 3,
+                        confirm_ms: 120_000,
+                        brokers: vec![1, 2],
+                        new_topic_id: None,
+                        by_id: true,
+                        error_code: None,
+                    }],
                     groups_synced_ms: Some(1_709_210_096_000),
                     groups: BTreeMap::from([("billing".to_string(), "synced: 2 committed, 0 unchanged".to_string())]),
                 },
@@ -380,6 +394,8 @@ backup-eu  eu:9092                -                        0
             "groups:            .* (exclude: -)",
             "groups synced:     2024-02-29 12:34:56 UTC",
             "  group billing: synced: 2 committed, 0 unchanged",
+            "topic deletion:    confirmed after 3 rounds over at least 120000 ms",
+            "  topic payments: absent at the source since 2024-02-29 12:34:56 UTC, round 2 of 3 (and at least 120000 ms); brokers 1, 2; by name and id",
             "MIRROR  TOPIC     PARTITION  STATE      SOURCE-OFFSET  DEST-OFFSET  LAG  LAG-S",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");

@@ -283,9 +283,9 @@ fn pause_resume_and_remove_commands_take_effect() {
 }
 
 /// A topic deleted at the source (the mock answers its metadata with
-/// UNKNOWN_TOPIC_OR_PARTITION) moves to STOPPED within a metadata round:
-/// its data stays, and it is a writable local topic now; the other topic
-/// goes on mirroring.
+/// UNKNOWN_TOPIC_OR_PARTITION, by name and by id) moves to STOPPED once the
+/// deletion is confirmed (3 rounds over 2 s here): its data stays, and it
+/// is a writable local topic now; the other topic goes on mirroring.
 /// Each mirrored topic's partition state (one-partition topics), as the
 /// admin API reports it.
 fn topic_states(agent: &Agent) -> BTreeMap<String, String> {
@@ -318,7 +318,9 @@ fn a_topic_deleted_at_the_source_is_stopped_and_kept() {
     produce(&bootstrap, "kept", 1, 100, "none", 0);
     let tps = partitions(&[("doomed", 1), ("kept", 1)]);
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(config(dir.path(), &bootstrap, &["doomed", "kept"])).expect("start agent");
+    let mut config = config(dir.path(), &bootstrap, &["doomed", "kept"]);
+    config.mirrors[0].topic_deletion_confirm_ms = 2000;
+    let agent = Agent::start(config).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
     let before = mirrored_batches(dir.path(), &tps[0]);
 
@@ -329,7 +331,12 @@ fn a_topic_deleted_at_the_source_is_stopped_and_kept() {
         )
         .unwrap();
     let states = || topic_states(&agent);
+    let injected = Instant::now();
     wait_for_state(&agent, "doomed", "STOPPED");
+    assert!(
+        injected.elapsed() >= Duration::from_secs(2),
+        "stopped before the confirmation window ran out"
+    );
     assert_eq!(states()["kept"], "MIRRORING");
     produce(&bootstrap, "kept", 1, 50, "none", 1000);
     wait_mirrored(

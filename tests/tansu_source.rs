@@ -20,8 +20,9 @@
 //! - **ACLs**: tansu answers DescribeAcls with none (its CreateAcls stores
 //!   nothing), so an ACL of ours in the mirror's ACL filter is deleted as
 //!   extra — what the source says.
-//! - **Topic deletion** at tansu moves the topic's partitions to STOPPED;
-//!   its data stays served.
+//! - **Topic deletion** at tansu moves the topic's partitions to STOPPED
+//!   once confirmed (absent by name and id over 3 rounds and 3 s; shown
+//!   pending and still MIRRORING until then); its data stays served.
 //! - **A changed cluster id** (tansu restarted with another one on the same
 //!   address) halts sync with the reason in `describe`; no partition moves.
 //!
@@ -36,19 +37,15 @@ use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::{
-    ApiKey, CreateAclsRequest, CreateAclsResponse, DescribeAclsResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, GroupId, MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse,
-    TopicName,
+    ApiKey, CreateAclsRequest, CreateAclsResponse, DescribeConfigsRequest, DescribeConfigsResponse, MetadataRequest,
+    MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminRequest, PartitionView};
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::serve::acls::{
-    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
-};
+use ringmirror_dataplane::serve::acls::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
 
 use common::tansu::{Tansu, create_topics, delete_topic, free_addr, produce, tansu_binary};
 use common::{KafkaConnection, SourcePartitionLog};
@@ -64,6 +61,9 @@ const INCLUDE: &str = "orders|trades|events";
 /// DescribeConfigs' config source of a value nobody set.
 const DEFAULT_CONFIG: i8 = 5;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// A deletion at tansu is acted on after 3 rounds over 3 s (rounds every 1 s).
+const DELETION_CONFIRM_ROUNDS: u32 = 3;
+const DELETION_CONFIRM_MS: u64 = 3000;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
@@ -105,31 +105,6 @@ fn topics_at(addr: &str, topics: &[&str]) -> BTreeMap<String, ([u8; 16], usize, 
 /// Every batch of `topic`-`partition` as `addr` serves it.
 fn served(addr: &str, topic: &str, partition: i32) -> SourcePartitionLog {
     common::source_partition_log(addr, topic, partition, DEADLINE)
-}
-
-/// Committed offsets of `group` at `addr` for `topic`'s partitions
-/// (OffsetFetch v8); uncommitted ones left out.
-fn committed(addr: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let request = OffsetFetchRequest::default().with_groups(vec![
-        OffsetFetchRequestGroup::default()
-            .with_group_id(GroupId(s(group)))
-            .with_topics(Some(vec![
-                OffsetFetchRequestTopics::default()
-                    .with_name(TopicName(s(topic)))
-                    .with_partition_indexes((0..partitions).collect()),
-            ])),
-    ]);
-    let response: OffsetFetchResponse = conn(addr)
-        .request(ApiKey::OffsetFetch as i16, 8, &request)
-        .expect("OffsetFetch");
-    let g = &response.groups[0];
-    assert_eq!(g.error_code, 0, "OffsetFetch {group} at {addr}");
-    g.topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .filter(|p| p.committed_offset >= 0)
-        .map(|p| (p.partition_index, p.committed_offset))
-        .collect()
 }
 
 /// DescribeConfigs v4 of `topic`: name → (value, config source).
@@ -175,20 +150,6 @@ fn create_acl(addr: &str, binding: &AclBinding) {
     assert_eq!(response.results[0].error_code, 0, "CreateAcls at {addr}");
 }
 
-fn acls_at(addr: &str) -> Vec<AclBinding> {
-    let response: DescribeAclsResponse = conn(addr)
-        .request(
-            ApiKey::DescribeAcls as i16,
-            3,
-            &AclBindingFilter::any().to_describe_request(),
-        )
-        .expect("DescribeAcls");
-    assert_eq!(response.error_code, 0, "DescribeAcls at {addr}");
-    let (bindings, unreadable) = AclBinding::from_describe_response(&response);
-    assert!(unreadable.is_empty(), "{unreadable:?}");
-    bindings
-}
-
 // ---------------------------------------------------------------------------
 // The agent
 // ---------------------------------------------------------------------------
@@ -202,6 +163,8 @@ fn mirror_definition(bootstrap: &str, exclude: &str) -> MirrorConfig {
         "fetch_max_wait_ms": 50,
         "fetch_partition_max_bytes": 32768,
         "metadata_refresh_interval_ms": 1000,
+        "topic_deletion_confirm_rounds": DELETION_CONFIRM_ROUNDS,
+        "topic_deletion_confirm_ms": DELETION_CONFIRM_MS,
     }))
     .expect("mirror definition")
 }
@@ -325,7 +288,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     // holds none, so the first round deletes it.
     let local_acl = topic_read(ORDERS, "User:reporting");
     create_acl(&ours, &local_acl);
-    assert_eq!(acls_at(&ours), [local_acl]);
+    assert_eq!(common::acls_at(&ours), [local_acl]);
 
     agent
         .admin(AdminRequest::CreateMirror {
@@ -349,7 +312,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
 
     // Group offsets, and a later commit.
     common::wait_until(DEADLINE, "billing synced", || {
-        let c = committed(&ours, "billing", ORDERS, 3);
+        let c = common::committed_offsets(&ours, "billing", ORDERS, 3);
         if c == BTreeMap::from([(0, 40), (1, 12), (2, 85)]) {
             Ok(())
         } else {
@@ -358,7 +321,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     });
     common::admin_commit(&addr, "billing", ORDERS, &[(1, 30, -1)], "m2");
     common::wait_until(DEADLINE, "billing's new commit synced", || {
-        let c = committed(&ours, "billing", ORDERS, 3);
+        let c = common::committed_offsets(&ours, "billing", ORDERS, 3);
         if c.get(&1) == Some(&30) {
             Ok(())
         } else {
@@ -377,10 +340,13 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
             other => Err(format!("{other:?}")),
         }
     });
-    assert_eq!(committed(&ours, "dashboards", ORDERS, 3), BTreeMap::new());
+    assert_eq!(
+        common::committed_offsets(&ours, "dashboards", ORDERS, 3),
+        BTreeMap::new()
+    );
     live.close();
     common::wait_until(DEADLINE, "dashboards synced once empty", || {
-        let c = committed(&ours, "dashboards", ORDERS, 3);
+        let c = common::committed_offsets(&ours, "dashboards", ORDERS, 3);
         if c == BTreeMap::from([(0, 7), (2, 9)]) {
             Ok(())
         } else {
@@ -391,14 +357,14 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     // Configs, ACLs and the sync's own record of both.
     let d = common::wait_until(DEADLINE, "a round with configs and ACLs", || {
         let d = common::describe_mirror(&agent, "dr");
-        if d.acls_synced_ms.is_some() && d.topic_configs.contains_key(ORDERS) && acls_at(&ours).is_empty() {
+        if d.acls_synced_ms.is_some() && d.topic_configs.contains_key(ORDERS) && common::acls_at(&ours).is_empty() {
             Ok(d)
         } else {
             Err(format!(
                 "{:?} {:?} {:?}",
                 d.acls_synced_ms,
                 d.topic_configs,
-                acls_at(&ours)
+                common::acls_at(&ours)
             ))
         }
     });
@@ -434,9 +400,39 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     produce(&addr, EVENTS, 2, 5, "none");
     assert_kept_as_stopped(&ours, EVENTS, &events_before);
 
-    // A topic deleted at tansu: STOPPED, data kept and served.
+    // A topic deleted at tansu: shown pending, absent by name and by id,
+    // for the whole confirmation window (still MIRRORING), then STOPPED,
+    // data kept and served.
     let trades_before: Vec<SourcePartitionLog> = (0..2).map(|p| served(&ours, TRADES, p)).collect();
     delete_topic(&addr, TRADES);
+    let mut pending = None;
+    let acted_at = common::wait_until(DEADLINE, "trades stopping", || {
+        let now = common::now_ms();
+        let views = views_of(&agent, TRADES);
+        if views.values().any(|v| v.state == "STOPPING" || v.state == "STOPPED") {
+            return Ok(now);
+        }
+        assert!(
+            views.len() == 2 && views.values().all(|v| v.state == "MIRRORING"),
+            "MIRRORING until confirmed: {views:?}"
+        );
+        let d = common::describe_mirror(&agent, "dr");
+        if let Some(check) = d.topic_checks.iter().find(|c| c.topic == TRADES) {
+            assert_eq!(check.kind, "deleted", "{check:?}");
+            pending.get_or_insert(check.clone());
+        }
+        Err(format!("pending: {pending:?}"))
+    });
+    let pending = pending.expect("the deletion was shown pending before it was acted on");
+    assert!(
+        acted_at >= pending.since_ms + DELETION_CONFIRM_MS,
+        "stopped {} ms after the first absent answer, inside the {DELETION_CONFIRM_MS} ms window",
+        acted_at - pending.since_ms
+    );
+    assert_eq!(
+        (pending.rounds_min, pending.confirm_ms),
+        (DELETION_CONFIRM_ROUNDS, DELETION_CONFIRM_MS)
+    );
     common::wait_until(DEADLINE, "trades STOPPED", || all_in(&agent, TRADES, 2, "STOPPED"));
     assert_kept_as_stopped(&ours, TRADES, &trades_before);
     common::wait_until(DEADLINE, "orders still MIRRORING", || {
@@ -469,7 +465,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
         assert_eq!(served(&ours, ORDERS, p as i32).batches, before.batches, "{ORDERS}-{p}");
     }
     assert_eq!(
-        committed(&ours, "billing", ORDERS, 3),
+        common::committed_offsets(&ours, "billing", ORDERS, 3),
         BTreeMap::from([(0, 40), (1, 30), (2, 85)])
     );
 

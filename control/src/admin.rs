@@ -147,6 +147,11 @@ pub struct MirrorDescription {
     pub acls_synced_ms: Option<u64>,
     #[serde(default)]
     pub acls: String,
+    /// Mirrored topics absent at the source waiting for confirmation
+    /// before they are stopped ("absent since …, round k of n"), recreated
+    /// ones, and topics the source refuses to describe (sync errors).
+    #[serde(default)]
+    pub topic_checks: Vec<crate::deletion::TopicCheck>,
     /// The last consumer group offset sync, and what it did per group.
     #[serde(default)]
     pub groups_synced_ms: Option<u64>,
@@ -220,6 +225,15 @@ pub struct MirrorMetrics {
     pub fetches: u64,
     /// 1 when metadata sync is halted (such as a changed source cluster id).
     pub sync_halted: bool,
+    /// Mirrored topics whose last round answered an authorization error.
+    #[serde(default)]
+    pub topic_sync_errors: usize,
+    /// Mirrored topics absent at the source, deletion not confirmed yet.
+    #[serde(default)]
+    pub topic_deletions_pending: usize,
+    /// Topics seen recreated at the source under a new topic id (each id once).
+    #[serde(default)]
+    pub topic_recreations: u64,
 }
 
 /// Why a request was refused. Each maps onto one HTTP status; over HTTP it

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
-use ringmirror_dataplane::client::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::failpoint::crash_point;
@@ -38,6 +37,7 @@ use crate::admin::{
     AdminAnswer, AdminCall, AdminError, AdminRequest, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary,
     PartitionMetrics, PartitionView, ShardEventMetrics, TopicPartitionName,
 };
+use crate::deletion::{self, DeletionChecks, NO_TOPIC_ID, Round, Sighting};
 use crate::epochs;
 use crate::group_sync::{GroupFilter, GroupOutcome, GroupSyncReport, sync_group_offsets};
 use crate::mirror::{MirrorConfig, TopicSelection};
@@ -185,6 +185,11 @@ struct Mirror {
     config_sync: Option<(u64, BTreeMap<String, String>)>,
     /// The last ACL sync: when, and what it did.
     acl_sync: Option<(u64, AclSyncReport)>,
+    /// Mirrored topics absent at the source, waiting for confirmation,
+    /// and topics the source refuses to describe.
+    deletion: DeletionChecks,
+    /// Which source broker the next deletion probe asks (they take turns).
+    probe_turn: usize,
 }
 
 /// What the shards' events say about a partition (not persisted).
@@ -209,6 +214,9 @@ struct Partition {
     /// Sent to its shard (commands after it find it there), and not
     /// removed, ended or refused since.
     placed: bool,
+    /// Placed paused (a new partition of a paused topic): PAUSED once the
+    /// shard has it.
+    placed_paused: bool,
     /// The source epoch from the last metadata round (periodic check).
     source_epoch: i32,
     next_retry: Option<Instant>,
@@ -253,6 +261,8 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
         group_sync: None,
         config_sync: None,
         acl_sync: None,
+        deletion: DeletionChecks::default(),
+        probe_turn: 0,
         record,
         selection,
         conn: None,
@@ -336,6 +346,7 @@ impl Core {
                     tp,
                     record,
                     placed: false,
+                    placed_paused: false,
                     source_epoch: -1,
                     next_retry: None,
                     live: Live::default(),
@@ -424,6 +435,13 @@ impl Core {
                 Wake::Call(call) => {
                     let answer = self.handle(call.request);
                     let _ = call.reply.try_send(answer);
+                    // Calls win the race above: a steady stream of them
+                    // (an operator polling status while rounds run back to
+                    // back) must not starve the shards' events (a
+                    // partition left STOPPING although its mirroring ended).
+                    while let Ok(event) = events.try_recv() {
+                        self.on_event(event);
+                    }
                     self.reports_dirty = true;
                 }
                 Wake::Event(event) => {
@@ -584,6 +602,7 @@ impl Core {
         self.send(key, command);
         if let Some(p) = self.partitions.get_mut(key) {
             p.placed = true;
+            p.placed_paused = paused;
         }
     }
 
@@ -682,6 +701,7 @@ impl Core {
                 m.next_sync = Instant::now() + refresh;
                 m.last_sync_ms = Some(now_ms());
                 self.apply_metadata(name, &metadata);
+                self.check_deletions(name, &metadata).await;
                 self.sync_topic_configs(name).await;
                 self.sync_groups(name).await;
                 self.sync_acls(name).await;
@@ -773,9 +793,15 @@ impl Core {
             // The periodic trigger.
             self.bump_epoch(&key, sle, false);
         }
-        self.stop_gone_topics(name, metadata);
+        self.stop_excluded_topics(name);
+        let mirror_paused = self.mirror_paused(name);
         let mut added = 0;
         for (key, tp, sle) in found {
+            // A paused mirror takes no new topics (no metadata sync); a new
+            // partition of a paused topic is added, and placed PAUSED.
+            if mirror_paused && !self.by_tp.keys().any(|(m, t)| m == name && t.topic == tp.topic) {
+                continue;
+            }
             // Decided per topic, so that a topic never mixes partitions of
             // two sources: another mirror holding any partition of it (a
             // stopped one is local now and may be claimed), or this mirror
@@ -825,6 +851,7 @@ impl Core {
                     tp,
                     record,
                     placed: false,
+                    placed_paused: false,
                     source_epoch: sle,
                     next_retry: None,
                     live: Live::default(),
@@ -905,8 +932,13 @@ impl Core {
 
     /// Creates the source's ACLs (those the mirror's `acls_include`
     /// selects) at our listener and deletes the ones the source lost.
+    /// ACLs are the mirror's, not a topic's: a paused mirror (every topic
+    /// paused) syncs none.
     async fn sync_acls(&mut self, name: &str) {
-        if self.mirrors.get(name).is_none_or(|m| m.halted) || self.listener_connection(name).await.is_none() {
+        if self.mirrors.get(name).is_none_or(|m| m.halted)
+            || self.mirror_paused(name)
+            || self.listener_connection(name).await.is_none()
+        {
             return;
         }
         let m = self.mirrors.get_mut(name).expect("checked");
@@ -961,6 +993,9 @@ impl Core {
             .map(|(_, p)| p.tp.topic.clone())
             .collect::<BTreeSet<_>>()
             .into_iter()
+            // A paused topic's new partition (PREPARING) does not bring
+            // its configs back into the sync.
+            .filter(|t| !self.topic_paused(name, t))
             .collect();
         let Some(m) = self.mirrors.get_mut(name) else {
             return;
@@ -1027,38 +1062,173 @@ impl Core {
         }
     }
 
-    /// Partitions whose source topic was deleted (or recreated: another
-    /// topic id) or that the mirror's exclude pattern now covers stop
-    /// mirroring (failover, STOPPED): their data stays, writable.
-    fn stop_gone_topics(&mut self, name: &str, metadata: &SourceMetadata) {
+    /// Partitions the mirror's exclude pattern now covers stop mirroring
+    /// at once (the operator asked for it; failover, STOPPED): their data
+    /// stays, writable. A paused one too: exclusion is not source metadata.
+    fn stop_excluded_topics(&mut self, name: &str) {
         let m = &self.mirrors[name];
-        let gone: Vec<(PartitionStateKey, &'static str)> = self
+        let excluded: Vec<PartitionStateKey> = self
             .partitions
             .iter()
-            .filter(|(k, p)| k.mirror == name && p.record.state.can_move_to(State::Stopping))
-            .filter_map(|(k, p)| {
-                let topic = &p.tp.topic;
-                let reason = match metadata.topics.get(topic) {
-                    _ if !m.selection.wants(topic) => "excluded by the mirror",
-                    Some((id, _)) if *id != k.topic_id && *id != [0; 16] => "recreated at the source",
-                    Some(_) => return None,
-                    None if metadata.topic_errors.get(topic) == Some(&UNKNOWN_TOPIC_OR_PARTITION) => {
-                        "deleted at the source"
-                    }
-                    None if metadata.all_topics && !metadata.topic_errors.contains_key(topic) => {
-                        "deleted at the source"
-                    }
-                    None => return None,
-                };
-                Some((k.clone(), reason))
+            .filter(|(k, p)| {
+                k.mirror == name && p.record.state.can_move_to(State::Stopping) && !m.selection.wants(&p.tp.topic)
             })
+            .map(|(k, _)| k.clone())
             .collect();
-        for (key, reason) in gone {
-            tracing::warn!(mirror = name, partition = key.partition, topic = %self.partitions[&key].tp.topic, reason, "stopping the partition (its data stays, writable)");
-            if let Err(e) = self.stop_partition(&key) {
-                tracing::error!(mirror = name, partition = key.partition, error = %e, "cannot stop the partition");
+        for key in excluded {
+            self.stop_for(&key, "excluded by the mirror");
+        }
+    }
+
+    /// Deletion checks, after a metadata round: a mirrored topic the
+    /// round's answer does not show with its topic id is asked for by name
+    /// and by id at one broker (another each round); [`DeletionChecks`]
+    /// counts the answers, and a confirmed deletion (or recreation under a
+    /// new id) stops the topic's partitions (STOPPED, data kept, writable).
+    /// Paused topics are not checked (no metadata sync while paused).
+    async fn check_deletions(&mut self, name: &str, metadata: &SourceMetadata) {
+        let Some(m) = self.mirrors.get(name) else { return };
+        if m.halted {
+            return;
+        }
+        let watched: BTreeMap<String, [u8; 16]> = self
+            .partitions
+            .iter()
+            .filter(|(k, p)| {
+                k.mirror == name
+                    && p.record.state.can_move_to(State::Stopping)
+                    && !matches!(p.record.state, State::Pausing | State::Paused)
+            })
+            .map(|(k, p)| (p.tp.topic.clone(), k.topic_id))
+            .collect();
+        let m = self.mirrors.get_mut(name).expect("checked");
+        m.deletion.retain(|t| watched.contains_key(t));
+        let round = Round {
+            policy: m.record.config.deletion_policy(),
+            brokers_known: metadata.brokers.len(),
+            now: Instant::now(),
+            now_ms: now_ms(),
+        };
+        let mut candidates = Vec::new();
+        for (topic, id) in watched {
+            match metadata.topics.get(&topic) {
+                Some((seen, _)) if *seen == id || *seen == NO_TOPIC_ID || id == NO_TOPIC_ID => {
+                    m.deletion.observe(&topic, id, Sighting::Present, round);
+                }
+                _ => candidates.push((topic, id)),
             }
         }
+        if candidates.is_empty() {
+            return;
+        }
+        let mut brokers: Vec<(i32, String)> = metadata.brokers.iter().map(|(id, a)| (*id, a.clone())).collect();
+        brokers.sort();
+        if brokers.is_empty() {
+            return;
+        }
+        let (broker, addr) = brokers[m.probe_turn % brokers.len()].clone();
+        m.probe_turn = m.probe_turn.wrapping_add(1);
+        let answer = match Connection::connect(&addr, source_options(m)).await {
+            Ok(mut conn) => deletion::probe(&mut conn, broker, &candidates).await,
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                // A failed probe is no evidence either way.
+                tracing::warn!(mirror = name, broker, addr, error = %e, "cannot ask the source about topics missing from its metadata; next round tries again");
+                return;
+            }
+        };
+        let mut confirmed = Vec::new();
+        for (topic, id) in candidates {
+            let sighting = answer.sighting(&topic, id, m.record.source_cluster_id.as_deref());
+            let denied_before = m.deletion.sync_error(&topic).is_some();
+            let observed = m.deletion.observe(&topic, id, sighting, round);
+            if let Some(new_id) = observed.new_recreation {
+                tracing::warn!(
+                    mirror = name,
+                    topic,
+                    mirrored_id = deletion::uuid_string(&id),
+                    new_id = deletion::uuid_string(&new_id),
+                    "topic recreated at the source under another topic id; the mirrored one is stopped once its id is confirmed absent"
+                );
+            }
+            match sighting {
+                Sighting::Denied { code } if !denied_before => tracing::warn!(
+                    mirror = name,
+                    topic,
+                    error = deletion::error_name(code),
+                    "the source refuses to describe a mirrored topic; it is not stopped for that (grant DESCRIBE)"
+                ),
+                Sighting::Absent { .. } if !observed.confirmed => tracing::info!(
+                    mirror = name,
+                    topic,
+                    broker,
+                    "mirrored topic absent at the source; stopped once confirmed"
+                ),
+                _ => {}
+            }
+            if observed.confirmed {
+                let reason = match sighting {
+                    Sighting::Absent {
+                        recreated_as: Some(_), ..
+                    } => "recreated at the source (confirmed)",
+                    _ => "deleted at the source (confirmed)",
+                };
+                confirmed.push((topic, reason));
+            }
+        }
+        for (topic, reason) in confirmed {
+            if let Some(m) = self.mirrors.get_mut(name) {
+                m.deletion.forget(&topic);
+            }
+            let keys: Vec<PartitionStateKey> = self
+                .partitions
+                .iter()
+                .filter(|(k, p)| {
+                    k.mirror == name
+                        && p.tp.topic == topic
+                        && p.record.state.can_move_to(State::Stopping)
+                        && !matches!(p.record.state, State::Pausing | State::Paused)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in keys {
+                self.stop_for(&key, reason);
+            }
+        }
+    }
+
+    /// Stops one partition for `reason` (logged).
+    fn stop_for(&mut self, key: &PartitionStateKey, reason: &str) {
+        tracing::warn!(mirror = key.mirror, partition = key.partition, topic = %self.partitions[key].tp.topic, reason, "stopping the partition (its data stays, writable)");
+        if let Err(e) = self.stop_partition(key) {
+            tracing::error!(mirror = key.mirror, partition = key.partition, error = %e, "cannot stop the partition");
+        }
+    }
+
+    /// Whether `topic` of mirror `name` is paused: some partition of it is
+    /// PAUSING or PAUSED and none is fetching. New partitions of a paused
+    /// topic start PAUSED, and it has no metadata sync.
+    fn topic_paused(&self, name: &str, topic: &str) -> bool {
+        paused_among(
+            self.partitions
+                .iter()
+                .filter(|(k, p)| k.mirror == name && p.tp.topic == topic)
+                .map(|(_, p)| p.record.state),
+        )
+    }
+
+    /// Whether the whole mirror is paused (as [`Core::topic_paused`], over
+    /// all its partitions): no new topics, no ACL sync.
+    fn mirror_paused(&self, name: &str) -> bool {
+        paused_among(
+            self.partitions
+                .iter()
+                .filter(|(k, _)| k.mirror == name)
+                .map(|(_, p)| p.record.state),
+        )
     }
 
     /// STOPPING: the shard ends mirroring (markers, writable) and reports it.
@@ -1129,7 +1299,14 @@ impl Core {
             m.to_prepare.clear();
             for key in keys {
                 let lme = lmes.get(&(key.topic_id, key.partition)).copied().unwrap_or(-1);
-                self.place(&key, Some(lme), false);
+                let topic = self.partitions[&key].tp.topic.clone();
+                // A new (or retried) partition of a paused topic starts
+                // PAUSED: PAUSING is written before it is placed.
+                let paused = self.topic_paused(&name, &topic);
+                if paused && self.set_state(&key, State::Pausing, |_| {}).is_err() {
+                    continue;
+                }
+                self.place(&key, Some(lme), paused);
             }
         }
     }
@@ -1164,6 +1341,9 @@ impl Core {
                 }
                 if p.record.state == State::Preparing {
                     self.set_state_logged(&key, State::Mirroring, |r| r.error = None);
+                } else if p.record.state == State::Pausing && p.placed_paused {
+                    // Placed paused: no fetch ever includes it.
+                    self.set_state_logged(&key, State::Paused, |r| r.error = None);
                 }
             }
             StateEvent::Paused { mirror, tp } => {
@@ -1605,6 +1785,11 @@ impl Core {
                 }
                 Change::Resume => {
                     self.set_state(&key, State::Mirroring, |_| {})?;
+                    // What the pause held back (configs, groups, ACLs, new
+                    // topics) is synced at once.
+                    if let Some(m) = self.mirrors.get_mut(name) {
+                        m.next_sync = Instant::now();
+                    }
                     self.send(
                         &key,
                         ShardCommand::Resume {
@@ -1635,7 +1820,7 @@ impl Core {
             mirror: key.mirror.clone(),
             topic: p.tp.topic.clone(),
             partition: p.tp.partition,
-            topic_id: uuid_string(&key.topic_id),
+            topic_id: deletion::uuid_string(&key.topic_id),
             state: p.record.state.name().into(),
             source_offset: source,
             destination_offset: p.live.destination_offset,
@@ -1733,6 +1918,12 @@ impl Core {
                 .as_ref()
                 .map(|(_, r)| describe_acl_sync(r))
                 .unwrap_or_default(),
+            topic_checks: m.deletion.checks(m.record.config.deletion_policy(), |topic| {
+                self.partitions
+                    .iter()
+                    .find(|(k, p)| k.mirror == name && p.tp.topic == topic)
+                    .map(|(k, _)| k.topic_id)
+            }),
             groups_synced_ms: m.group_sync.as_ref().map(|(at, _)| *at),
             groups: m
                 .group_sync
@@ -1765,6 +1956,9 @@ impl Core {
                     fetch_latency_us: m.fetch_stats.latency_quantiles_us(&LATENCY_QUANTILES),
                     fetches: m.fetch_stats.fetches,
                     sync_halted: m.halted,
+                    topic_sync_errors: m.deletion.sync_errors(),
+                    topic_deletions_pending: m.deletion.pending(),
+                    topic_recreations: m.deletion.recreations_total(),
                 })
                 .collect(),
             shard_events: Some(ShardEventMetrics {
@@ -1773,6 +1967,21 @@ impl Core {
             }),
         }
     }
+}
+
+/// Whether partitions in `states` (one topic's, or one mirror's) are
+/// paused: some PAUSING or PAUSED, none fetching (a PREPARING one is
+/// placed paused when its topic is).
+fn paused_among(states: impl Iterator<Item = State>) -> bool {
+    let mut paused = false;
+    for state in states {
+        match state {
+            State::Mirroring | State::EpochFencing => return false,
+            State::Pausing | State::Paused => paused = true,
+            _ => {}
+        }
+    }
+    paused
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1873,18 +2082,6 @@ fn describe_outcome(outcome: &GroupOutcome) -> String {
     }
 }
 
-fn uuid_string(id: &[u8; 16]) -> String {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 /// Connection settings for the control plane's requests.
 fn control_options(what: &str) -> ConnectionOptions {
     ConnectionOptions {
@@ -1895,13 +2092,18 @@ fn control_options(what: &str) -> ConnectionOptions {
     }
 }
 
+/// How the control plane connects to a mirror's source.
+fn source_options(m: &Mirror) -> ConnectionOptions {
+    ConnectionOptions {
+        sasl: m.record.config.sasl_client(),
+        tls: m.record.config.tls_client(),
+        ..control_options(&format!("{}-control", m.record.config.name))
+    }
+}
+
 async fn connection(m: &mut Mirror) -> Result<&mut Connection, ClientError> {
     if m.conn.is_none() {
-        let options = ConnectionOptions {
-            sasl: m.record.config.sasl_client(),
-            tls: m.record.config.tls_client(),
-            ..control_options(&format!("{}-control", m.record.config.name))
-        };
+        let options = source_options(m);
         let mut last = None;
         for addr in &m.record.config.bootstrap_servers {
             match Connection::connect(addr, options.clone()).await {

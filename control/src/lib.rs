@@ -9,6 +9,8 @@
 //! * [`mirror`] — a mirror's definition and topic selection.
 //! * [`coordinator`] — owns the mirrors and partitions: drives the state
 //!   machine, writes `__mirror_state`, steers the shards, answers the admin API.
+//! * [`deletion`] — when a topic absent at the source counts as deleted:
+//!   several rounds, some minutes, by name and by id, never an ACL error.
 //! * [`admin`] — the admin API's requests, answers and errors.
 //! * [`http`] — the admin API server (HTTP/JSON), which hands requests to
 //!   the coordinator as [`admin::AdminCall`]s.
@@ -34,6 +36,7 @@ pub mod admin;
 pub mod admin_auth;
 pub mod admin_tls;
 pub mod coordinator;
+pub mod deletion;
 pub mod epochs;
 #[cfg(test)]
 mod fake_broker;

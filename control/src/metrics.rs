@@ -18,6 +18,9 @@ use crate::state::MirrorPartitionState;
 /// The `Content-Type` of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// One per-mirror family: name, type, help, and the sample value.
+type MirrorFamily = (&'static str, &'static str, &'static str, fn(&MirrorMetrics) -> f64);
+
 /// One per-partition family: name, type, help, and the sample value.
 type PartitionFamily = (&'static str, &'static str, &'static str, fn(&PartitionMetrics) -> f64);
 
@@ -198,6 +201,32 @@ fn mirror_families(out: &mut String, mirrors: &[MirrorMetrics]) {
         let labels = labels(&[("mirror", &m.mirror)]);
         sample(out, "ringmirror_mirror_sync_halted", &labels, bool_value(m.sync_halted));
     }
+    let topic_families: [MirrorFamily; 3] = [
+        (
+            "ringmirror_mirror_topic_sync_errors",
+            "gauge",
+            "Mirrored topics the source refused to describe in the last round (an authorization error; never stopped for it).",
+            |m| m.topic_sync_errors as f64,
+        ),
+        (
+            "ringmirror_mirror_topic_deletions_pending",
+            "gauge",
+            "Mirrored topics absent at the source whose deletion is not confirmed yet (stopped once it is).",
+            |m| m.topic_deletions_pending as f64,
+        ),
+        (
+            "ringmirror_mirror_topic_recreations_total",
+            "counter",
+            "Mirrored topics found recreated at the source under a new topic id (each new id once).",
+            |m| m.topic_recreations as f64,
+        ),
+    ];
+    for (name, kind, help, value) in topic_families {
+        header(out, name, kind, help);
+        for m in mirrors {
+            sample(out, name, &labels(&[("mirror", &m.mirror)]), value(m));
+        }
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -306,6 +335,9 @@ mod tests {
                 fetch_latency_us: vec![(0.5, 1500), (0.99, 250_000)],
                 fetches: 42,
                 sync_halted: false,
+                topic_sync_errors: 1,
+                topic_deletions_pending: 2,
+                topic_recreations: 3,
             }],
             shard_events: Some(ShardEventMetrics {
                 telemetry_dropped: 9,
@@ -345,6 +377,10 @@ mod tests {
             "ringmirror_shard_events_dropped_total 9".to_owned(),
             "# TYPE ringmirror_shard_state_events_queued gauge".to_owned(),
             "ringmirror_shard_state_events_queued 2".to_owned(),
+            r#"ringmirror_mirror_topic_sync_errors{mirror="dr"} 1"#.to_owned(),
+            r#"ringmirror_mirror_topic_deletions_pending{mirror="dr"} 2"#.to_owned(),
+            "# TYPE ringmirror_mirror_topic_recreations_total counter".to_owned(),
+            r#"ringmirror_mirror_topic_recreations_total{mirror="dr"} 3"#.to_owned(),
         ] {
             assert!(lines.contains(expected.as_str()), "missing {expected:?} in:\n{text}");
         }

@@ -50,6 +50,14 @@ pub struct MirrorConfig {
         alias = "mirror_metadata_refresh_interval_ms"
     )]
     pub metadata_refresh_interval_ms: u64,
+    /// A topic absent at the source (by name and by topic id, same cluster
+    /// id) is stopped only after this many metadata rounds in a row found
+    /// it absent ...
+    #[serde(default = "default_topic_deletion_confirm_rounds")]
+    pub topic_deletion_confirm_rounds: u32,
+    /// ... spread over at least this long (from the first absent answer).
+    #[serde(default = "default_topic_deletion_confirm_ms")]
+    pub topic_deletion_confirm_ms: u64,
     /// How record bytes reach the log: "mmap" (received straight into the
     /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
     #[serde(default)]
@@ -153,6 +161,12 @@ fn default_fetch_min_bytes() -> i32 {
 fn default_metadata_refresh_ms() -> u64 {
     30_000
 }
+fn default_topic_deletion_confirm_rounds() -> u32 {
+    3
+}
+fn default_topic_deletion_confirm_ms() -> u64 {
+    120_000
+}
 
 /// Why a mirror definition is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -205,6 +219,11 @@ impl MirrorConfig {
             .map_err(|e| invalid(format!("acls_include: {e}")))?;
         if self.fetch_partition_max_bytes <= 0 || self.fetch_max_bytes <= 0 {
             return Err(invalid("fetch sizes must be positive".into()));
+        }
+        if self.topic_deletion_confirm_rounds == 0 {
+            return Err(invalid(
+                "topic_deletion_confirm_rounds must be at least 1 (a deletion is never taken from no answer)".into(),
+            ));
         }
         self.validate_security().map_err(invalid)
     }
@@ -335,6 +354,14 @@ impl MirrorConfig {
         )
     }
 
+    /// How much evidence a deletion at the source needs.
+    pub fn deletion_policy(&self) -> crate::deletion::ConfirmPolicy {
+        crate::deletion::ConfirmPolicy {
+            rounds_min: self.topic_deletion_confirm_rounds,
+            confirm: std::time::Duration::from_millis(self.topic_deletion_confirm_ms),
+        }
+    }
+
     /// What the data plane fetches this mirror's partitions with.
     pub fn settings(&self) -> MirrorSettings {
         MirrorSettings {
@@ -427,6 +454,10 @@ mod tests {
         let m = mirror("name = \"dr\"\nbootstrap_servers = [\"a:1, b:2\"]\ntopics = [\"orders\"]");
         assert_eq!(m.bootstrap_servers, ["a:1", "b:2"]);
         assert_eq!((m.fetch_max_wait_ms, m.topics_exclude.as_str()), (500, "__.*"));
+        assert_eq!(
+            (m.topic_deletion_confirm_rounds, m.topic_deletion_confirm_ms),
+            (3, 120_000)
+        );
         m.validate().unwrap();
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<MirrorConfig>(&json).unwrap(), m);
@@ -440,6 +471,12 @@ mod tests {
         assert!(err(&format!("name = \"a\"\n{base}")).contains("names no topics"));
         assert!(err(&format!("name = \"a\"\n{base}topics_include = \"(\"")).contains("topics_include"));
         assert!(err("name = \"a\"\nbootstrap_servers = []\ntopics = [\"t\"]").contains("bootstrap"));
+        assert!(
+            err(&format!(
+                "name = \"a\"\n{base}topics = [\"t\"]\ntopic_deletion_confirm_rounds = 0"
+            ))
+            .contains("at least 1")
+        );
     }
 
     #[test]

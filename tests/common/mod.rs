@@ -24,6 +24,7 @@ use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, To
 use serde_json::Value;
 
 pub mod kafka;
+pub mod metadata_proxy;
 pub mod pki;
 pub mod rewriting_proxy;
 pub mod tansu;
@@ -1443,4 +1444,59 @@ pub fn run_client(mut cmd: Command, what: &str, input: &str, timeout: Duration) 
         stdout: out.join().expect("stdout"),
         stderr: err.join().expect("stderr"),
     }
+}
+
+/// Committed offsets of `group` at `addr` for `topic`'s partitions
+/// (OffsetFetch v8); uncommitted ones left out.
+pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
+    use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse};
+    let s = |v: &str| StrBytes::from_string(v.to_owned());
+    let request = OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopics::default()
+                    .with_name(TopicName(s(topic)))
+                    .with_partition_indexes((0..partitions).collect()),
+            ])),
+    ]);
+    let response: OffsetFetchResponse = KafkaConnection::connect(addr, GROUP_SYNC_IO_TIMEOUT)
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+        .request(ApiKey::OffsetFetch as i16, 8, &request)
+        .expect("OffsetFetch");
+    let g = &response.groups[0];
+    assert_eq!(g.error_code, 0, "OffsetFetch {group} at {addr}");
+    g.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .filter(|p| p.committed_offset >= 0)
+        .map(|p| (p.partition_index, p.committed_offset))
+        .collect()
+}
+
+/// Every ACL `addr` describes (DescribeAcls v3, any filter).
+pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::serve::acls::AclBinding> {
+    use kafka_protocol::messages::{ApiKey, DescribeAclsResponse};
+    use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter};
+    let response: DescribeAclsResponse = KafkaConnection::connect(addr, GROUP_SYNC_IO_TIMEOUT)
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+        .request(
+            ApiKey::DescribeAcls as i16,
+            3,
+            &AclBindingFilter::any().to_describe_request(),
+        )
+        .expect("DescribeAcls");
+    assert_eq!(response.error_code, 0, "DescribeAcls at {addr}");
+    let (bindings, unreadable) = AclBinding::from_describe_response(&response);
+    assert!(unreadable.is_empty(), "{unreadable:?}");
+    bindings
+}
+
+/// Wall-clock milliseconds since the epoch (as the agent stamps `since_ms`).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
 }
