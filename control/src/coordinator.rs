@@ -439,7 +439,7 @@ impl Core {
                     // (an operator polling status while rounds run back to
                     // back) must not starve the shards' events (a
                     // partition left STOPPING although its mirroring ended).
-                    while let Ok(event) = events.try_recv() {
+                    while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
                     self.reports_dirty = true;

@@ -1379,6 +1379,9 @@ mod tests {
                             fetch_latency_us: vec![],
                             fetches: 1,
                             sync_halted: false,
+                            topic_sync_errors: 0,
+                            topic_deletions_pending: 0,
+                            topic_recreations: 0,
                         })
                         .collect(),
                     shard_events: None,
