@@ -40,7 +40,8 @@ use common::metadata_proxy::{MetadataProxy, Rule};
 const DEADLINE: Duration = Duration::from_secs(60);
 const REFRESH_MS: u64 = 200;
 const CONFIRM_ROUNDS: u32 = 3;
-const CONFIRM_MS: u64 = 1500;
+// Long enough that a loaded machine still polls the pending check inside it.
+const CONFIRM_MS: u64 = 3000;
 
 fn produce(bootstrap: &str, topic: &str, count: u64, seed: u64) {
     mock_source::produce(bootstrap, topic, 1, count, "none", seed).unwrap_or_else(|e| panic!("produce: {e}"));
