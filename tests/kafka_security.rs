@@ -91,15 +91,21 @@ fn cluster() -> &'static KafkaCluster {
 /// Kafka client settings for the SASL_SSL listener as admin.
 fn admin_client_props() -> Vec<String> {
     let (_, pki, _) = pki();
+    let mut props = scram_client_props("SASL_SSL", "admin", ADMIN_PASSWORD);
+    props.push("ssl.truststore.type=PEM".into());
+    props.push(format!("ssl.truststore.location={}", pki.ca.display()));
+    props
+}
+
+/// Kafka client settings to log in with SCRAM-SHA-512 as `user` over `protocol`.
+fn scram_client_props(protocol: &str, user: &str, password: &str) -> Vec<String> {
     vec![
-        "security.protocol=SASL_SSL".into(),
+        format!("security.protocol={protocol}"),
         "sasl.mechanism=SCRAM-SHA-512".into(),
         format!(
             "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
-             username=\"admin\" password=\"{ADMIN_PASSWORD}\";"
+             username=\"{user}\" password=\"{password}\";"
         ),
-        "ssl.truststore.type=PEM".into(),
-        format!("ssl.truststore.location={}", pki.ca.display()),
     ]
 }
 
@@ -298,21 +304,21 @@ fn kafkas_ssl_listener_requiring_client_certificates_is_mirrored_with_ours_only(
     common::assert_mirrors_source(&data, &c.bootstrap, &tps("over-mtls", 1));
 }
 
+/// Kafka's tool `class` against `bootstrap` with `props` as its client
+/// settings (a `--command-config` file in `dir`) and `args`; its stdout.
+fn admin_tool(class: &str, bootstrap: &str, props: &[String], dir: &Path, args: &[&str]) -> String {
+    let config = dir.join(format!("client-{}.properties", bootstrap.replace([':', ','], "_")));
+    std::fs::write(&config, props.join("\n")).expect("write the command config");
+    let config = config.display().to_string();
+    let mut all = vec!["--bootstrap-server", bootstrap, "--command-config", &config];
+    all.extend_from_slice(args);
+    tool(class, &all)
+}
+
 /// Kafka's kafka-acls `--list` at `bootstrap` with `props` as its client
 /// settings: one line per binding, resource and entry, sorted.
 fn list_acls(bootstrap: &str, props: &[String], dir: &Path) -> Vec<String> {
-    let config = dir.join(format!("acls-{}.properties", bootstrap.replace([':', ','], "_")));
-    std::fs::write(&config, props.join("\n")).expect("write the command config");
-    let text = tool(
-        ACL_COMMAND,
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--command-config",
-            &config.display().to_string(),
-            "--list",
-        ],
-    );
+    let text = admin_tool(ACL_COMMAND, bootstrap, props, dir, &["--list"]);
     let mut bindings = Vec::new();
     let mut resource = String::new();
     for line in text.lines().map(str::trim) {
@@ -328,14 +334,7 @@ fn list_acls(bootstrap: &str, props: &[String], dir: &Path) -> Vec<String> {
 
 /// Kafka client settings for our SCRAM listener as `user`.
 fn our_client_props(user: &str, password: &str) -> Vec<String> {
-    vec![
-        "security.protocol=SASL_PLAINTEXT".into(),
-        "sasl.mechanism=SCRAM-SHA-512".into(),
-        format!(
-            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
-             username=\"{user}\" password=\"{password}\";"
-        ),
-    ]
+    scram_client_props("SASL_PLAINTEXT", user, password)
 }
 
 #[test]
@@ -502,20 +501,13 @@ const SHARE_GROUPS_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ShareG
 /// LAG is left out: Kafka 4.2+ answers it in DescribeShareGroupOffsets v1
 /// (KIP-1226), which our listener does not speak yet (v0: the tool shows
 /// `-`; see README "Share groups").
-fn describe_share_group(bootstrap: &str, props: &[String], dir: &Path, group: &str, topic: &str) -> Vec<String> {
-    let config = dir.join(format!("share-{}.properties", bootstrap.replace([':', ','], "_")));
-    std::fs::write(&config, props.join("\n")).expect("write the command config");
-    let text = tool(
+fn describe_share_group(bootstrap: &str, dir: &Path, group: &str, topic: &str) -> Vec<String> {
+    let text = admin_tool(
         SHARE_GROUPS_COMMAND,
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--command-config",
-            &config.display().to_string(),
-            "--describe",
-            "--group",
-            group,
-        ],
+        bootstrap,
+        &[],
+        dir,
+        &["--describe", "--group", group],
     );
     let mut rows: Vec<String> = text
         .lines()
@@ -548,7 +540,7 @@ fn share_group_start_offsets_set_at_kafka_arrive() {
     );
     assert!(out.contains("NEW-OFFSET"), "{out}");
     let dir = tempfile::tempdir().unwrap();
-    let at_kafka = describe_share_group(&c.bootstrap, &[], dir.path(), "workers", "shared-work");
+    let at_kafka = describe_share_group(&c.bootstrap, dir.path(), "workers", "shared-work");
     assert_eq!(at_kafka.len(), 2, "{at_kafka:#?}");
     for (p, end) in &ends {
         assert!(
@@ -567,7 +559,7 @@ fn share_group_start_offsets_set_at_kafka_arrive() {
     wait_caught_up(&agent, "shared-work", &ends);
     let ours = agent.listener_addr().expect("listening").to_string();
     common::wait_until(DEADLINE, "the share group synced", || {
-        let here = describe_share_group(&ours, &[], dir.path(), "workers", "shared-work");
+        let here = describe_share_group(&ours, dir.path(), "workers", "shared-work");
         if here == at_kafka {
             Ok(())
         } else {
