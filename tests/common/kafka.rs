@@ -130,12 +130,25 @@ pub fn driver(command: &str, bootstrap: &str, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The cluster id [`KafkaClusterSpec::default`] formats with: a base64
+/// UUID of 16 bytes, as `kafka-storage random-uuid` makes.
+pub const DEFAULT_CLUSTER_ID: &str = "cnJpbmdtaXJyb3ItdGVzdA";
+
 /// What a KRaft cluster is started with.
 #[derive(Debug, Clone)]
 pub struct KafkaClusterSpec {
     pub brokers: usize,
     /// Extra `server.properties` lines for every broker.
     pub broker_properties: Vec<(String, String)>,
+    /// Extra `server.properties` lines for the controller.
+    pub controller_properties: Vec<(String, String)>,
+    /// Listeners besides PLAINTEXT (the inter-broker one): (name, security
+    /// protocol), each on a port of its own on every broker.
+    pub listeners: Vec<(String, String)>,
+    /// `kafka-storage format --add-scram` arguments for the controller
+    /// (SCRAM credentials in the bootstrap metadata).
+    pub scram: Vec<String>,
+    pub cluster_id: String,
 }
 
 impl Default for KafkaClusterSpec {
@@ -143,6 +156,10 @@ impl Default for KafkaClusterSpec {
         Self {
             brokers: 3,
             broker_properties: Vec::new(),
+            controller_properties: Vec::new(),
+            listeners: Vec::new(),
+            scram: Vec::new(),
+            cluster_id: DEFAULT_CLUSTER_ID.to_owned(),
         }
     }
 }
@@ -150,6 +167,25 @@ impl Default for KafkaClusterSpec {
 impl KafkaClusterSpec {
     pub fn with(mut self, key: &str, value: &str) -> Self {
         self.broker_properties.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// A `server.properties` line for the controller.
+    pub fn with_controller(mut self, key: &str, value: &str) -> Self {
+        self.controller_properties.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Another listener `name` speaking `protocol` (e.g. SASL_SSL) on every broker.
+    pub fn listener(mut self, name: &str, protocol: &str) -> Self {
+        self.listeners.push((name.to_owned(), protocol.to_owned()));
+        self
+    }
+
+    /// A SCRAM credential made at format time, e.g.
+    /// `SCRAM-SHA-512=[name=admin,password=secret]`.
+    pub fn scram(mut self, credential: &str) -> Self {
+        self.scram.push(credential.to_owned());
         self
     }
 }
@@ -169,6 +205,8 @@ struct Node {
     log_dir: PathBuf,
     log_file: PathBuf,
     addr: String,
+    /// The addresses of the spec's other listeners, by listener name.
+    listeners: BTreeMap<String, String>,
     process: Mutex<Option<ChildGuard>>,
 }
 
@@ -187,11 +225,10 @@ impl KafkaCluster {
     /// broker answers and has registered with the controller.
     pub fn start(spec: KafkaClusterSpec) -> Self {
         let dir = tempfile::tempdir().expect("kafka temp dir");
-        // A base64 UUID of 16 bytes, as `kafka-storage random-uuid` makes.
-        let cluster_id = "cnJpbmdtaXJyb3ItdGVzdA".to_owned();
+        let cluster_id = spec.cluster_id.clone();
         let controller_addr = free_addr();
         let voters = format!("1@{controller_addr}");
-        let node = |id: i32, addr: String, lines: Vec<String>| {
+        let node = |id: i32, addr: String, listeners: BTreeMap<String, String>, lines: Vec<String>| {
             let log_dir = dir.path().join(format!("node-{id}"));
             let properties = dir.path().join(format!("node-{id}.properties"));
             let mut text = lines.join("\n");
@@ -206,29 +243,36 @@ impl KafkaCluster {
                 log_dir,
                 log_file: dir.path().join(format!("node-{id}.log")),
                 addr,
+                listeners,
                 process: Mutex::new(None),
             }
         };
-        let controller = node(
-            1,
-            controller_addr.clone(),
-            vec![
-                "process.roles=controller".into(),
-                format!("listeners=CONTROLLER://{controller_addr}"),
-                "controller.listener.names=CONTROLLER".into(),
-                "num.io.threads=2".into(),
-                "num.network.threads=1".into(),
-            ],
-        );
+        let mut controller_lines = vec![
+            "process.roles=controller".to_owned(),
+            format!("listeners=CONTROLLER://{controller_addr}"),
+            "controller.listener.names=CONTROLLER".into(),
+            "num.io.threads=2".into(),
+            "num.network.threads=1".into(),
+        ];
+        controller_lines.extend(spec.controller_properties.iter().map(|(k, v)| format!("{k}={v}")));
+        let controller = node(1, controller_addr.clone(), BTreeMap::new(), controller_lines);
         let replication = spec.brokers.min(3);
         let brokers: Vec<Node> = (0..spec.brokers)
             .map(|i| {
                 let addr = free_addr();
+                let others: BTreeMap<String, String> = spec
+                    .listeners
+                    .iter()
+                    .map(|(name, _)| (name.clone(), free_addr()))
+                    .collect();
+                let listeners: String = others.iter().map(|(name, a)| format!(",{name}://{a}")).collect();
+                let protocols: String = spec.listeners.iter().map(|(name, p)| format!(",{name}:{p}")).collect();
                 let mut lines = vec![
                     "process.roles=broker".to_owned(),
-                    format!("listeners=PLAINTEXT://{addr}"),
+                    format!("listeners=PLAINTEXT://{addr}{listeners}"),
+                    "inter.broker.listener.name=PLAINTEXT".into(),
                     "controller.listener.names=CONTROLLER".into(),
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                    format!("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}"),
                     format!("offsets.topic.replication.factor={replication}"),
                     format!("transaction.state.log.replication.factor={replication}"),
                     format!("share.coordinator.state.topic.replication.factor={replication}"),
@@ -246,15 +290,18 @@ impl KafkaCluster {
                     "auto.create.topics.enable=false".into(),
                 ];
                 lines.extend(spec.broker_properties.iter().map(|(k, v)| format!("{k}={v}")));
-                node(i as i32 + 2, addr, lines)
+                node(i as i32 + 2, addr, others, lines)
             })
             .collect();
         for n in std::iter::once(&controller).chain(&brokers) {
             let props = n.properties.display().to_string();
-            tool(
-                "kafka.tools.StorageTool",
-                &["format", "-t", &cluster_id, "-c", &props, "--ignore-formatted"],
-            );
+            let mut args = vec!["format", "-t", &cluster_id, "-c", &props, "--ignore-formatted"];
+            if n.id == controller.id {
+                for credential in &spec.scram {
+                    args.extend(["--add-scram", credential.as_str()]);
+                }
+            }
+            tool("kafka.tools.StorageTool", &args);
         }
         let bootstrap = brokers.iter().map(|b| b.addr.clone()).collect::<Vec<_>>().join(",");
         let cluster = Self {
@@ -324,6 +371,20 @@ impl KafkaCluster {
 
     pub fn broker_addr(&self, id: i32) -> &str {
         &self.node(id).addr
+    }
+
+    /// Every broker's address on the spec's listener `name`, comma-separated.
+    pub fn listener_bootstrap(&self, name: &str) -> String {
+        self.brokers
+            .iter()
+            .map(|b| {
+                b.listeners
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no Kafka listener {name}"))
+                    .as_str()
+            })
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Broker `id`'s log directory (where its `<topic>-<partition>/` are).

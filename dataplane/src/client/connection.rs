@@ -83,6 +83,40 @@ fn api_name(key: i16) -> &'static str {
     }
 }
 
+/// The error of the first exchange on a new connection, made clear where
+/// it is a TLS alert the server sent after the handshake: under TLS 1.3 a
+/// server checks the client's certificate after the client considers the
+/// handshake done, so a server that requires one (Kafka's
+/// `ssl.client.auth=required`) and got none, or refused ours, answers our
+/// first request with an alert (Kafka: `bad_certificate`).
+fn explain_tls_refusal(source: std::io::Error, options: &ConnectionOptions) -> std::io::Error {
+    use rustls::AlertDescription as Alert;
+    let Some(tls) = &options.tls else {
+        return source;
+    };
+    let alert = match source.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(
+            alert @ (Alert::BadCertificate
+            | Alert::CertificateRequired
+            | Alert::CertificateUnknown
+            | Alert::UnknownCA
+            | Alert::UnsupportedCertificate
+            | Alert::CertificateExpired
+            | Alert::CertificateRevoked),
+        )) => *alert,
+        _ => return source,
+    };
+    let why = if tls.client_cert.is_some() {
+        "the source refused our client certificate (ssl_certificate_location)"
+    } else {
+        "the source requires a client certificate: set ssl_certificate_location and ssl_key_location"
+    };
+    std::io::Error::new(
+        source.kind(),
+        format!("TLS handshake refused, received fatal alert {alert:?}: {why}"),
+    )
+}
+
 impl Connection {
     /// Connects to `addr`, negotiates API versions and, configured so,
     /// authenticates (SASL).
@@ -99,7 +133,13 @@ impl Connection {
                     }
                     return Ok(conn);
                 }
-                Err(e @ ClientError::Io { .. }) => return Err(e),
+                Err(ClientError::Io { addr, op, source }) => {
+                    return Err(ClientError::Io {
+                        source: explain_tls_refusal(source, &options),
+                        addr,
+                        op,
+                    });
+                }
                 Err(e) => {
                     tracing::debug!(addr, version, error = %e, "ApiVersions failed; trying an older version");
                     last_error = Some(e);
