@@ -341,7 +341,11 @@ impl KafkaConnection {
                     return Ok(Self {
                         stream,
                         correlation_id: 0,
-                        fetch_version: 11,
+                        // v10: without v11's client metadata a Kafka
+                        // follower refuses a consumer's Fetch, so only the
+                        // leader answers (at v11+ followers serve it, up to
+                        // their lagging high watermark).
+                        fetch_version: 10,
                         max_wait_ms: 100,
                     });
                 }
