@@ -138,25 +138,7 @@ fn produce(topic: &str, args: &[&str]) -> BTreeMap<i32, i64> {
 /// mirroring `topics` from `bootstrap` as "dr" with `security` (TOML for
 /// the `[[mirror]]` table).
 fn agent(data_dir: &Path, listener: &str, bootstrap: &str, topics: &[&str], security: &str) -> Agent {
-    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
-    let config = ringmirror::config::AgentConfig::parse(&format!(
-        r#"
-        data_dir = {data_dir:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        {listener}
-        [[mirror]]
-        name = "dr"
-        bootstrap_servers = [{bootstrap:?}]
-        topics = [{topics}]
-        fetch_max_wait_ms = 50
-        metadata_refresh_interval_ms = 1000
-        {security}
-        "#
-    ))
-    .expect("agent config");
-    Agent::start(config).expect("agent")
+    common::kafka::mirror_agent(data_dir, bootstrap, topics, listener, "", security)
 }
 
 /// The `[[mirror]]` settings to log in to the SASL_SSL listener as admin.

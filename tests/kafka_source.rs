@@ -104,26 +104,8 @@ const SEGMENT_BYTES: u32 = 1 << 20;
 /// An agent serving on loopback and mirroring `topics` from the cluster as
 /// "dr", with segments of [`SEGMENT_BYTES`] as the brokers'.
 fn mirror(data_dir: &Path, topics: &[&str]) -> Agent {
-    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
-    let config = ringmirror::config::AgentConfig::parse(&format!(
-        r#"
-        data_dir = {data_dir:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        [log]
-        segment_bytes = {SEGMENT_BYTES}
-        [[mirror]]
-        name = "dr"
-        bootstrap_servers = [{bootstrap:?}]
-        topics = [{topics}]
-        fetch_max_wait_ms = 50
-        metadata_refresh_interval_ms = 1000
-        "#,
-        bootstrap = cluster().bootstrap,
-    ))
-    .expect("agent config");
-    Agent::start(config).expect("agent")
+    let log = format!("segment_bytes = {SEGMENT_BYTES}");
+    common::kafka::mirror_agent(data_dir, &cluster().bootstrap, topics, "", &log, "")
 }
 
 /// Waits until the agent's log of every partition of `topic` ends at the
