@@ -303,7 +303,7 @@ fn kafka_dump_log_segments_reads_our_files_as_kafkas() {
 
     let tp = TopicPartition::new("dump", 0);
     let leader = c.leaders("dump")[&0];
-    c.stop_broker(leader);
+    let stopped = c.stop_broker(leader);
     for (ext, extra) in [
         ("log", &["--print-data-log", "--deep-iteration"][..]),
         ("index", &["--index-sanity-check"][..]),
@@ -320,11 +320,17 @@ fn kafka_dump_log_segments_reads_our_files_as_kafkas() {
             kafka.iter().map(|p| p.file_name()).collect::<Vec<_>>(),
             "{ext} files: ours vs broker {leader}'s"
         );
-        let (a, b) = (dump(&ours, extra), dump(&kafka, extra));
+        let (mut a, mut b) = (dump(&ours, extra), dump(&kafka, extra));
+        if ext == "snapshot" {
+            // Kafka writes a snapshot's producers in its HashMap's iteration
+            // order (ProducerStateManager), which no reader depends on.
+            a.sort();
+            b.sort();
+        }
         assert!(!a.is_empty(), "DumpLogSegments printed nothing for our {ext} files");
         assert_eq!(a, b, "DumpLogSegments {extra:?} of our {ext} files vs Kafka's");
     }
-    c.restart_broker(leader);
+    stopped.restart();
 }
 
 #[test]

@@ -392,15 +392,25 @@ impl KafkaCluster {
         &self.node(id).log_dir
     }
 
-    /// SIGKILLs broker `id` (an unclean stop; its files stay).
-    pub fn kill_broker(&self, id: i32) {
+    /// SIGKILLs broker `id` (an unclean stop; its files stay). The broker
+    /// starts again when the returned guard is dropped or restarted.
+    #[must_use = "the broker restarts when this guard is dropped"]
+    pub fn kill_broker(&self, id: i32) -> BrokerDown<'_> {
         if let Some(child) = self.node(id).process.lock().expect("node lock").take() {
             child.kill();
         }
+        BrokerDown {
+            cluster: self,
+            id,
+            restarted: false,
+        }
     }
 
-    /// SIGTERM to broker `id` and waits for it to exit (a controlled shutdown).
-    pub fn stop_broker(&self, id: i32) {
+    /// SIGTERM to broker `id` and waits for it to exit (a controlled
+    /// shutdown). The broker starts again when the returned guard is dropped
+    /// or restarted.
+    #[must_use = "the broker restarts when this guard is dropped"]
+    pub fn stop_broker(&self, id: i32) -> BrokerDown<'_> {
         let mut guard = self.node(id).process.lock().expect("node lock");
         if let Some(mut child) = guard.take() {
             child.signal(libc::SIGTERM);
@@ -408,13 +418,11 @@ impl KafkaCluster {
                 child.kill();
             }
         }
-    }
-
-    /// Starts broker `id` again (after [`kill_broker`] or [`stop_broker`])
-    /// and waits until every broker answers again.
-    pub fn restart_broker(&self, id: i32) {
-        self.launch(self.node(id));
-        self.wait_ready(START_DEADLINE);
+        BrokerDown {
+            cluster: self,
+            id,
+            restarted: false,
+        }
     }
 
     /// Until every running broker is registered (the Metadata answer lists it).
@@ -572,4 +580,35 @@ pub fn mirror_agent(
     ))
     .expect("agent config");
     ringmirror::agent::Agent::start(config).expect("agent")
+}
+
+/// A broker [`KafkaCluster::stop_broker`] or [`KafkaCluster::kill_broker`]
+/// took down: it starts again on [`BrokerDown::restart`] or, so that a
+/// failing test does not leave the shared cluster short of a broker for the
+/// tests after it, when dropped.
+pub struct BrokerDown<'a> {
+    cluster: &'a KafkaCluster,
+    id: i32,
+    restarted: bool,
+}
+
+impl BrokerDown<'_> {
+    /// Starts the broker again and waits until every broker answers.
+    pub fn restart(mut self) {
+        self.restarted = true;
+        self.cluster.launch(self.cluster.node(self.id));
+        self.cluster.wait_ready(START_DEADLINE);
+    }
+}
+
+impl Drop for BrokerDown<'_> {
+    fn drop(&mut self) {
+        if self.restarted {
+            return;
+        }
+        self.cluster.launch(self.cluster.node(self.id));
+        if !std::thread::panicking() {
+            self.cluster.wait_ready(START_DEADLINE);
+        }
+    }
 }
