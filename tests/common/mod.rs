@@ -1504,3 +1504,30 @@ pub fn now_ms() -> u64 {
         .expect("after 1970")
         .as_millis() as u64
 }
+
+/// The topic id (UUID string) the broker at `addr` gives `topic` (Metadata v12).
+pub fn topic_id(addr: &str, topic: &str, deadline: Duration) -> String {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    let request = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+        TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into())),
+    ))]));
+    let response: MetadataResponse = KafkaConnection::connect(addr, deadline)
+        .expect("connect")
+        .request(ApiKey::Metadata as i16, 12, &request)
+        .expect("Metadata");
+    response.topics[0].topic_id.to_string()
+}
+
+/// The state of `topic`-`partition` of `mirror` as the coordinator reports
+/// it, or "absent".
+pub fn partition_state(agent: &ringmirror::agent::Agent, mirror: &str, topic: &str, partition: i32) -> String {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    match agent.admin(AdminRequest::Status).expect("status") {
+        AdminAnswer::Status { partitions } => partitions
+            .into_iter()
+            .find(|p| p.mirror == mirror && p.topic == topic && p.partition == partition)
+            .map_or_else(|| "absent".into(), |p| p.state),
+        other => panic!("status answered {other:?}"),
+    }
+}
