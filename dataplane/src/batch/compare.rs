@@ -5,11 +5,15 @@
 //! decoded past the header.
 //!
 //! Kafka's log cleaner may have rewritten or removed a batch at the source
-//! since we copied it (`org.apache.kafka.storage.internals.log.LogCleaner`
-//! keeps a cleaned v2 batch's base offset, last offset delta, producer
-//! fields and leader epoch, and drops batches left empty). Such a batch is
-//! skipped — neither a match nor a difference — so a compacted source never
-//! looks diverged.
+//! since we copied it: `MemoryRecords.filterTo` rebuilds a batch that lost
+//! records, or whose tombstones or markers get a delete horizon (then with
+//! every record, re-based timestamps and another size), through
+//! `buildRetainedRecordsInto`, which keeps the original v2 batch's base and
+//! last offset, producer fields and leader epoch; batches left empty are
+//! dropped. Such a batch is skipped — neither a match nor a difference — so
+//! a compacted source never looks diverged. The price: a rewrite under the
+//! same epoch that keeps offsets, producer and sequence and holds fewer
+//! records is not seen by headers alone.
 
 use super::header::RecordBatch;
 use super::iter::BatchIter;
@@ -26,7 +30,13 @@ pub struct BatchSummary {
     pub producer_epoch: i16,
     pub base_sequence: i32,
     pub records_count: i32,
+    /// The cleaner set a delete horizon (attributes bit 6) when it rewrote it.
+    pub has_delete_horizon: bool,
 }
+
+/// The attributes bit Kafka's cleaner sets on a batch it gave a delete
+/// horizon (`DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK`).
+const DELETE_HORIZON_FLAG: i16 = 0x40;
 
 impl BatchSummary {
     pub fn of<B: AsRef<[u8]>>(batch: &RecordBatch<B>) -> Self {
@@ -40,6 +50,7 @@ impl BatchSummary {
             producer_epoch: batch.producer_epoch(),
             base_sequence: batch.base_sequence(),
             records_count: batch.records_count(),
+            has_delete_horizon: batch.attributes() & DELETE_HORIZON_FLAG != 0,
         }
     }
 
@@ -65,8 +76,10 @@ impl BatchSummary {
             && self.crc == source.crc
     }
 
-    /// Whether `source` is what Kafka's cleaner makes of this batch: the
-    /// same offsets, producer and epoch, fewer records in fewer bytes.
+    /// Whether `source` may be what Kafka's cleaner makes of this batch:
+    /// the same offsets, producer and epoch, and fewer records or a delete
+    /// horizon ours has not (its size may differ either way: a delete
+    /// horizon re-bases the timestamps).
     fn cleaned_into(&self, source: &Self) -> bool {
         self.base_offset == source.base_offset
             && self.last_offset == source.last_offset
@@ -74,8 +87,10 @@ impl BatchSummary {
             && self.producer_id == source.producer_id
             && self.producer_epoch == source.producer_epoch
             && self.base_sequence == source.base_sequence
-            && source.records_count < self.records_count
-            && source.size_bytes < self.size_bytes
+            && (source.records_count < self.records_count
+                || (source.records_count == self.records_count
+                    && source.has_delete_horizon
+                    && !self.has_delete_horizon))
     }
 }
 
@@ -255,6 +270,23 @@ mod tests {
         let c = compare_batches(&summaries(&ours), &theirs, MAX);
         assert_eq!(c.first_differing_offset, None);
         assert_eq!((c.batches_compared, c.batches_matched), (2, 1));
+    }
+
+    #[test]
+    fn batch_given_a_delete_horizon_at_the_source_is_skipped() {
+        // Every record kept, other timestamps: another CRC, maybe another size.
+        let ours = log(&[batch(0, 3, 1, 1)]);
+        let mut rewritten = batch(0, 3, 1, 1);
+        use crate::batch::header::{OFF_ATTRIBUTES, OFF_BASE_TIMESTAMP, OFF_CRC};
+        rewritten[OFF_ATTRIBUTES + 1] |= DELETE_HORIZON_FLAG as u8;
+        rewritten[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8].copy_from_slice(&1_800_000_000_000i64.to_be_bytes());
+        let crc = crc32c::crc32c(&rewritten[OFF_ATTRIBUTES..]);
+        rewritten[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let c = compare_batches(&summaries(&ours), &rewritten, MAX);
+        assert_eq!(
+            (c.first_differing_offset, c.batches_compared, c.batches_matched),
+            (None, 1, 0)
+        );
     }
 
     #[test]

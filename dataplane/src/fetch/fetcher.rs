@@ -374,8 +374,10 @@ impl Fetcher {
 
     /// Truncates at a source's answer that it no longer holds what we
     /// copied from `first_differing_offset` on. Everything we hold was
-    /// below the source's high watermark when fetched (committed there), so
-    /// a cut is a divergence of histories, reported loudly.
+    /// below the source's high watermark when fetched (committed there: a
+    /// consumer Fetch reads with `FetchIsolation.HIGH_WATERMARK`, see
+    /// `kafka.server.ReplicaManager#readFromLog`), so a cut is a divergence
+    /// of histories, reported loudly.
     fn truncate_diverged(&self, p: &mut MirrorPartition, first_differing_offset: i64, reason: &'static str) {
         let from = p.log().log_end_offset();
         let bytes_lost = self.truncate(p, first_differing_offset, reason);
