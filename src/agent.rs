@@ -656,7 +656,12 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
             s.stopped = None;
         }
         ShardEvent::Telemetry(TelemetryEvent::Checkpoint { .. } | TelemetryEvent::FetchStats { .. })
-        | ShardEvent::State(StateEvent::EpochBumpDue { .. } | StateEvent::Paused { .. }) => {}
+        | ShardEvent::State(
+            StateEvent::EpochBumpDue { .. }
+            | StateEvent::Paused { .. }
+            | StateEvent::Diverged { .. }
+            | StateEvent::Verified { .. },
+        ) => {}
         ShardEvent::Telemetry(TelemetryEvent::BadBatch {
             mirror,
             tp,

@@ -24,6 +24,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use ringmirror_control::admin::{
     AclsBody, AdminAnswer, ErrorBody, MirrorAcl, MirrorDescription, MirrorSummary, PartitionView, TopicsBody,
+    VerifyBody, VerifyJob,
 };
 use ringmirror_control::http::AdminToken;
 use ringmirror_control::mirror::MirrorConfig;
@@ -126,6 +127,32 @@ pub enum MirrorCommand {
     },
     /// Restart FAILED partitions of the topics (default: all).
     Restart {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+    },
+    /// Compare every batch the topics' (default: all) partitions hold with
+    /// the source's (CRCs and lengths), online and rate-limited; prints per
+    /// partition `identical` or the first differing offset. Exit status 0:
+    /// identical, 1: a difference, 3: could not complete.
+    Verify {
+        /// The mirror's name.
+        name: String,
+        /// Topics, space- or comma-separated; none: every topic of the mirror.
+        #[arg(value_delimiter = ',')]
+        topics: Vec<String>,
+        /// Compare batches from this offset on (default: the log start).
+        #[arg(long, default_value_t = 0)]
+        from_offset: i64,
+        /// At most this many MiB of our batches read per second and partition.
+        #[arg(long, default_value_t = 32)]
+        rate_mib_per_s: u64,
+    },
+    /// Compare the last batches of the topics' (default: all) partitions
+    /// with the source's now; a difference is cut and shown by `describe`.
+    Check {
         /// The mirror's name.
         name: String,
         /// Topics, space- or comma-separated; none: every topic of the mirror.
@@ -526,9 +553,34 @@ fn http_agent(base: &str, roots: &[CertificateDer<'static>]) -> ureq::Agent {
     config.build().into()
 }
 
-/// Runs one `mirror` subcommand and returns what to print.
-pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String> {
+/// The exit status of `mirror verify` when it could not complete.
+pub const VERIFY_INCOMPLETE_EXIT: u8 = 3;
+
+/// Runs one `mirror` subcommand and returns what to print and the exit
+/// status (0 but for `verify`: see [`VerifyJob::exit_code`]).
+pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<(String, u8)> {
     let client = AdminClient::from_args(args)?;
+    if let MirrorCommand::Verify {
+        name,
+        topics,
+        from_offset,
+        rate_mib_per_s,
+    } = command
+    {
+        let body = VerifyBody {
+            topics,
+            from_offset,
+            bytes_per_s: rate_mib_per_s.saturating_mul(1 << 20),
+        };
+        let job = verify(&client, &name, &body)?;
+        let code = job.exit_code();
+        let text = if args.json {
+            format!("{}\n", serde_json::to_string_pretty(&job)?)
+        } else {
+            verify_report(&job)
+        };
+        return Ok((text, code));
+    }
     let topics = |topics: Vec<String>| Some(serde_json::json!(TopicsBody { topics }));
     let path = |name: &str, rest: &str| format!("/mirrors/{}{rest}", path_segment(name));
     let (verb, answer) = match command {
@@ -569,11 +621,59 @@ pub fn mirror(args: &AdminArgs, command: MirrorCommand) -> anyhow::Result<String
         MirrorCommand::Restart { name, topics: t } => {
             ("restart", client.request("POST", &path(&name, "/restart"), topics(t))?)
         }
+        MirrorCommand::Check { name, topics: t } => {
+            ("check", client.request("POST", &path(&name, "/check"), topics(t))?)
+        }
+        MirrorCommand::Verify { .. } => unreachable!("answered above"),
     };
     if args.json {
-        return Ok(format!("{}\n", serde_json::to_string_pretty(&answer)?));
+        return Ok((format!("{}\n", serde_json::to_string_pretty(&answer)?), 0));
     }
-    render(verb, answer)
+    Ok((render(verb, answer)?, 0))
+}
+
+/// How often `mirror verify` asks how far the verification got.
+const VERIFY_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Starts a verification of `name` and waits until every partition has a result.
+fn verify(client: &AdminClient, name: &str, body: &VerifyBody) -> anyhow::Result<VerifyJob> {
+    let route = format!("/mirrors/{}/verify", path_segment(name));
+    let job = |answer: Value| -> anyhow::Result<VerifyJob> {
+        match serde_json::from_value(answer.clone()) {
+            Ok(AdminAnswer::Verify { job }) => Ok(job),
+            _ => bail!("unexpected answer from the admin API: {answer}"),
+        }
+    };
+    let started = job(client.request("POST", &route, Some(serde_json::json!(body)))?)?;
+    let mut current = started.clone();
+    while !current.done {
+        std::thread::sleep(VERIFY_POLL_INTERVAL);
+        current = job(client.request("GET", &route, None)?)?;
+        if current.id != started.id {
+            bail!("another verification of {name} started meanwhile (job {})", current.id);
+        }
+    }
+    Ok(current)
+}
+
+/// Per partition `identical`, the first differing offset, or why not done.
+fn verify_report(job: &VerifyJob) -> String {
+    let mut partitions = job.partitions.clone();
+    partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let mut out = String::new();
+    for p in &partitions {
+        let verdict = match (p.result.as_str(), p.first_differing_offset, &p.error) {
+            ("identical", ..) => format!("identical ({} batches, {} bytes)", p.batches_compared, p.bytes_compared),
+            ("differs", Some(offset), _) => format!("differs at offset {offset}"),
+            (_, _, Some(error)) => format!("not completed: {error}"),
+            (result, ..) => result.to_owned(),
+        };
+        let _ = writeln!(out, "{}-{}: {verdict}", p.topic, p.partition);
+    }
+    if partitions.is_empty() {
+        let _ = writeln!(out, "no mirroring partition to verify in {}", job.mirror);
+    }
+    out
 }
 
 /// Runs one `acls` subcommand and returns what to print.
@@ -682,6 +782,7 @@ fn render(verb: &str, answer: Value) -> anyhow::Result<String> {
         AdminAnswer::Status { partitions } => partitions_table(partitions),
         AdminAnswer::Metrics { .. } => bail!("unexpected metrics answer to {verb}"),
         AdminAnswer::Acls { acls } => acls_table(verb, acls),
+        AdminAnswer::Verify { job } => verify_report(&job),
     })
 }
 
@@ -833,6 +934,18 @@ fn describe(d: &MirrorDescription) -> String {
     }
     for (group, outcome) in &d.groups {
         let _ = writeln!(out, "  group {group}: {outcome}");
+    }
+    for e in &d.partition_events {
+        let _ = writeln!(
+            out,
+            "  partition {}-{}: diverged from the source at offset {}, truncated to {} ({} bytes lost) at {}",
+            e.topic,
+            e.partition,
+            e.first_differing_offset,
+            e.truncated_to,
+            e.bytes_lost,
+            utc_time(e.at_ms)
+        );
     }
     out.push('\n');
     out.push_str(&partitions_table(d.partitions.clone()));

@@ -166,7 +166,21 @@ fn main() -> ExitCode {
             child_writer: None,
         } => selfcheck::run(data_dir, size_mb),
         Command::DumpLog { path, deep } => dump_log::run(&path, deep, &mut std::io::stdout().lock()),
-        Command::Mirror { admin, command } => ringmirror::cli_admin::mirror(&admin, command).map(|out| print!("{out}")),
+        Command::Mirror { admin, command } => {
+            let verifying = matches!(command, ringmirror::cli_admin::MirrorCommand::Verify { .. });
+            match ringmirror::cli_admin::mirror(&admin, command) {
+                Ok((out, code)) => {
+                    print!("{out}");
+                    return ExitCode::from(code);
+                }
+                // A verification that could not even start did not complete.
+                Err(e) if verifying => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(ringmirror::cli_admin::VERIFY_INCOMPLETE_EXIT);
+                }
+                Err(e) => Err(e),
+            }
+        }
         Command::Acls { admin, command } => ringmirror::cli_admin::acls(&admin, command).map(|out| print!("{out}")),
         Command::Status {
             admin,

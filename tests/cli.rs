@@ -305,6 +305,7 @@ mod admin {
                     }],
                     groups_synced_ms: Some(1_709_210_096_000),
                     groups: BTreeMap::from([("billing".to_string(), "synced: 2 committed, 0 unchanged".to_string())]),
+                    partition_events: Vec::new(),
                 },
             },
             AdminRequest::DescribeMirror { mirror } | AdminRequest::Pause { mirror, .. } if mirror != "dr" => {

@@ -68,6 +68,27 @@ pub enum AdminRequest {
     Sync {
         mirror: String,
     },
+    /// Compare the named topics' (none: all) mirroring partitions' last
+    /// batches with the source's now; a difference is truncated and
+    /// reported as a divergence (`mirror describe`, the metric).
+    CheckDivergence {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    /// Start comparing every batch the named topics' (none: all)
+    /// mirroring partitions hold from `from_offset` with the source's, at
+    /// most `bytes_per_s` per partition (`mirror verify`); replaces the
+    /// mirror's previous verification.
+    StartVerify {
+        mirror: String,
+        topics: Vec<String>,
+        from_offset: i64,
+        bytes_per_s: u64,
+    },
+    /// The mirror's latest verification: progress, or what it found.
+    VerifyStatus {
+        mirror: String,
+    },
     /// Every partition of every mirror.
     Status,
     /// Everything `/metrics` reports.
@@ -103,11 +124,78 @@ pub enum AdminAnswer {
     Metrics {
         metrics: MetricsSnapshot,
     },
+    /// A mirror's latest verification (`mirror verify`).
+    Verify {
+        job: VerifyJob,
+    },
     /// ClusterMirror ACLs: all of them (`GET /acls`), or those a change
     /// created or deleted. Answered by the HTTP server, not the coordinator.
     Acls {
         acls: Vec<MirrorAcl>,
     },
+}
+
+/// A verification of a mirror's batches against the source's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyJob {
+    pub mirror: String,
+    /// Counts the mirror's verifications since the agent started.
+    pub id: u64,
+    pub started_ms: u64,
+    pub from_offset: i64,
+    pub bytes_per_s: u64,
+    /// Every partition has a result.
+    pub done: bool,
+    pub partitions: Vec<PartitionVerify>,
+}
+
+/// One partition's part of a [`VerifyJob`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionVerify {
+    pub topic: String,
+    pub partition: i32,
+    /// `running`, `identical`, `differs` or `incomplete`.
+    pub result: String,
+    pub first_differing_offset: Option<i64>,
+    pub batches_compared: u64,
+    pub bytes_compared: u64,
+    pub error: Option<String>,
+}
+
+impl VerifyJob {
+    /// The command's exit status: 0 identical, 1 a difference, 3 not
+    /// completed (a difference wins: it was seen).
+    pub fn exit_code(&self) -> u8 {
+        if self.partitions.iter().any(|p| p.result == "differs") {
+            1
+        } else if self.partitions.iter().all(|p| p.result == "identical") {
+            0
+        } else {
+            3
+        }
+    }
+}
+
+/// `POST /mirrors/{name}/verify`: the topics (none: all), where to start,
+/// and the rate limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyBody {
+    #[serde(default)]
+    pub topics: Vec<String>,
+    #[serde(default)]
+    pub from_offset: i64,
+    #[serde(default = "VerifyBody::default_bytes_per_s")]
+    pub bytes_per_s: u64,
+}
+
+impl VerifyBody {
+    /// 32 MiB/s per partition unless asked otherwise.
+    pub const BYTES_PER_S_DEFAULT: u64 = 32 << 20;
+
+    fn default_bytes_per_s() -> u64 {
+        Self::BYTES_PER_S_DEFAULT
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -157,6 +245,23 @@ pub struct MirrorDescription {
     pub groups_synced_ms: Option<u64>,
     #[serde(default)]
     pub groups: std::collections::BTreeMap<String, String>,
+    /// What happened to partitions' logs that an operator must hear of
+    /// (divergences from the source), newest last, the latest few.
+    #[serde(default)]
+    pub partition_events: Vec<PartitionEvent>,
+}
+
+/// A partition's log diverged from the source's: our batches from
+/// `first_differing_offset` on were not the source's any more, and the log
+/// was cut to `truncated_to` (`bytes_lost` bytes) to mirror its new history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionEvent {
+    pub at_ms: u64,
+    pub topic: String,
+    pub partition: i32,
+    pub first_differing_offset: i64,
+    pub truncated_to: i64,
+    pub bytes_lost: u64,
 }
 
 /// One mirrored partition as the operator sees it.
@@ -213,6 +318,9 @@ pub struct PartitionMetrics {
     /// Batches refused for a bad CRC or framing (fetched again).
     pub crc_failures: u64,
     pub truncations: u64,
+    /// Cuts because the source rewrote history we had mirrored.
+    #[serde(default)]
+    pub divergences: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@
 //! Control logic on its own glommio executor thread (our Kafka client is
 //! glommio's); nothing here is on the data path.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions, T
 use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::{
     FetchStats, PartitionKey, ShardEvent, ShardEventCounts, ShardEventReceiver, SourceMetadata, StateEvent, StopReason,
-    TelemetryEvent, fetch_source_metadata,
+    TelemetryEvent, VerifyOutcome, fetch_source_metadata,
 };
 use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::sasl::SaslClientConfig;
@@ -35,7 +35,7 @@ use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 use crate::acl_sync::{AclSyncReport, sync_acls};
 use crate::admin::{
     AdminAnswer, AdminCall, AdminError, AdminRequest, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary,
-    PartitionMetrics, PartitionView, ShardEventMetrics, TopicPartitionName,
+    PartitionEvent, PartitionMetrics, PartitionVerify, PartitionView, ShardEventMetrics, TopicPartitionName, VerifyJob,
 };
 use crate::deletion::{self, DeletionChecks, NO_TOPIC_ID, Round, Sighting};
 use crate::epochs;
@@ -48,6 +48,9 @@ use crate::state_store::{
 use crate::topic_config_sync::{diff, fetch_topic_configs_report};
 
 /// The fetch latency quantiles `/metrics` reports.
+/// Divergence events a mirror keeps for `mirror describe`.
+const PARTITION_EVENTS_KEPT_MAX: usize = 32;
+
 const LATENCY_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
 /// How often the loop wakes without a call or an event (stop flag, timers).
 const TICK: Duration = Duration::from_millis(50);
@@ -185,6 +188,11 @@ struct Mirror {
     config_sync: Option<(u64, BTreeMap<String, String>)>,
     /// The last ACL sync: when, and what it did.
     acl_sync: Option<(u64, AclSyncReport)>,
+    /// The latest divergences of its partitions (`mirror describe`).
+    partition_events: VecDeque<PartitionEvent>,
+    /// The latest `mirror verify`, and how many ran since start.
+    verify: Option<VerifyJob>,
+    verifications: u64,
     /// Mirrored topics absent at the source, waiting for confirmation,
     /// and topics the source refuses to describe.
     deletion: DeletionChecks,
@@ -206,6 +214,7 @@ struct Live {
     epoch_bumps: u64,
     crc_failures: u64,
     truncations: u64,
+    divergences: u64,
 }
 
 struct Partition {
@@ -261,6 +270,9 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
         group_sync: None,
         config_sync: None,
         acl_sync: None,
+        partition_events: VecDeque::new(),
+        verify: None,
+        verifications: 0,
         deletion: DeletionChecks::default(),
         probe_turn: 0,
         record,
@@ -1379,6 +1391,32 @@ impl Core {
                     live.truncations += 1;
                 }
             }
+            StateEvent::Diverged {
+                mirror,
+                tp,
+                first_differing_offset,
+                truncated_to,
+                bytes_lost,
+            } => {
+                tracing::warn!(mirror, %tp, first_differing_offset, truncated_to, bytes_lost, "mirror partition diverged from the source; its new history is mirrored");
+                if let Some(key) = self.key_of(&mirror, &tp) {
+                    self.partitions.get_mut(&key).expect("indexed").live.divergences += 1;
+                }
+                if let Some(m) = self.mirrors.get_mut(&mirror) {
+                    if m.partition_events.len() == PARTITION_EVENTS_KEPT_MAX {
+                        m.partition_events.pop_front();
+                    }
+                    m.partition_events.push_back(PartitionEvent {
+                        at_ms: now_ms(),
+                        topic: tp.topic,
+                        partition: tp.partition,
+                        first_differing_offset,
+                        truncated_to,
+                        bytes_lost,
+                    });
+                }
+            }
+            StateEvent::Verified { mirror, tp, outcome } => self.on_verified(&mirror, &tp, outcome),
             StateEvent::Removed { mirror, tp, .. } => {
                 if let Some(key) = self.key_of(&mirror, &tp)
                     && let Some(p) = self.partitions.get_mut(&key)
@@ -1533,6 +1571,17 @@ impl Core {
                     partitions: Vec::new(),
                 })
             }
+            AdminRequest::CheckDivergence { mirror, topics } => self.check_divergence(&mirror, &topics),
+            AdminRequest::StartVerify {
+                mirror,
+                topics,
+                from_offset,
+                bytes_per_s,
+            } => self.start_verify(&mirror, &topics, from_offset, bytes_per_s),
+            AdminRequest::VerifyStatus { mirror } => match &self.mirror(&mirror)?.verify {
+                Some(job) => Ok(AdminAnswer::Verify { job: job.clone() }),
+                None => Err(AdminError::Invalid(format!("no verification of {mirror:?} has run"))),
+            },
             AdminRequest::Status => Ok(AdminAnswer::Status {
                 partitions: self.views(),
             }),
@@ -1719,6 +1768,144 @@ impl Core {
     /// Pause, resume, stop or restart the partitions of some topics (all
     /// when none are named). Each named topic must be in the mirror and
     /// have at least one partition the change applies to.
+    /// The mirror's placed, mirroring partitions of `topics` (none: all).
+    fn mirroring_partitions(
+        &self,
+        name: &str,
+        topics: &[String],
+    ) -> Result<Vec<(PartitionStateKey, TopicPartition)>, AdminError> {
+        self.mirror(name)?;
+        if let Some(topic) = topics.iter().find(|t| {
+            !self
+                .partitions
+                .iter()
+                .any(|(k, p)| k.mirror == name && &p.tp.topic == *t)
+        }) {
+            return Err(AdminError::TopicNotInMirror {
+                mirror: name.into(),
+                topic: topic.clone(),
+            });
+        }
+        Ok(self
+            .partitions
+            .iter()
+            .filter(|(k, p)| {
+                k.mirror == name
+                    && p.placed
+                    && p.record.state == State::Mirroring
+                    && (topics.is_empty() || topics.contains(&p.tp.topic))
+            })
+            .map(|(k, p)| (k.clone(), p.tp.clone()))
+            .collect())
+    }
+
+    /// Asks the shards for a divergence check of the mirror's mirroring
+    /// partitions of `topics` (none: all).
+    fn check_divergence(&self, name: &str, topics: &[String]) -> Result<AdminAnswer, AdminError> {
+        let mut checked = Vec::new();
+        for (key, tp) in self.mirroring_partitions(name, topics)? {
+            checked.push(TopicPartitionName {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            });
+            self.send(
+                &key,
+                ShardCommand::CheckDivergence {
+                    mirror: name.into(),
+                    tp,
+                },
+            );
+        }
+        Ok(AdminAnswer::Accepted {
+            mirror: name.into(),
+            partitions: checked,
+        })
+    }
+
+    /// Starts a verification of the mirror's mirroring partitions of
+    /// `topics` (none: all) on their shards; their `Verified` events fill it in.
+    fn start_verify(
+        &mut self,
+        name: &str,
+        topics: &[String],
+        from_offset: i64,
+        bytes_per_s: u64,
+    ) -> Result<AdminAnswer, AdminError> {
+        if bytes_per_s == 0 {
+            return Err(AdminError::Invalid("bytes_per_s must be above 0".into()));
+        }
+        let targets = self.mirroring_partitions(name, topics)?;
+        let m = self.mirrors.get_mut(name).expect("checked");
+        m.verifications += 1;
+        let job = VerifyJob {
+            mirror: name.into(),
+            id: m.verifications,
+            started_ms: now_ms(),
+            from_offset,
+            bytes_per_s,
+            done: targets.is_empty(),
+            partitions: targets
+                .iter()
+                .map(|(_, tp)| PartitionVerify {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    result: "running".into(),
+                    first_differing_offset: None,
+                    batches_compared: 0,
+                    bytes_compared: 0,
+                    error: None,
+                })
+                .collect(),
+        };
+        m.verify = Some(job.clone());
+        for (key, tp) in targets {
+            self.send(
+                &key,
+                ShardCommand::Verify {
+                    mirror: name.into(),
+                    tp,
+                    from_offset,
+                    bytes_per_s,
+                },
+            );
+        }
+        Ok(AdminAnswer::Verify { job })
+    }
+
+    /// A partition's verification ended: record it in the mirror's job.
+    fn on_verified(&mut self, mirror: &str, tp: &TopicPartition, outcome: VerifyOutcome) {
+        let Some(job) = self.mirrors.get_mut(mirror).and_then(|m| m.verify.as_mut()) else {
+            return;
+        };
+        let Some(p) = job
+            .partitions
+            .iter_mut()
+            .find(|p| p.topic == tp.topic && p.partition == tp.partition && p.result == "running")
+        else {
+            return;
+        };
+        match outcome {
+            VerifyOutcome::Identical {
+                batches_compared,
+                bytes_compared,
+            } => {
+                p.result = "identical".into();
+                p.batches_compared = batches_compared;
+                p.bytes_compared = bytes_compared;
+            }
+            VerifyOutcome::Differs { first_differing_offset } => {
+                tracing::warn!(mirror, %tp, first_differing_offset, "mirror verify: our batch differs from the source's");
+                p.result = "differs".into();
+                p.first_differing_offset = Some(first_differing_offset);
+            }
+            VerifyOutcome::Incomplete { error } => {
+                p.result = "incomplete".into();
+                p.error = Some(error);
+            }
+        }
+        job.done = job.partitions.iter().all(|p| p.result != "running");
+    }
+
     fn change(&mut self, name: &str, topics: &[String], change: Change) -> Result<AdminAnswer, AdminError> {
         self.mirror(name)?;
         let mut by_topic: BTreeMap<String, Vec<PartitionStateKey>> = BTreeMap::new();
@@ -1930,6 +2117,7 @@ impl Core {
                 .as_ref()
                 .map(|(_, report)| describe_group_sync(report))
                 .unwrap_or_default(),
+            partition_events: m.partition_events.iter().cloned().collect(),
         })
     }
 
@@ -1945,6 +2133,7 @@ impl Core {
                     epoch_bumps: p.live.epoch_bumps,
                     crc_failures: p.live.crc_failures,
                     truncations: p.live.truncations,
+                    divergences: p.live.divergences,
                 })
                 .collect(),
             mirrors: self

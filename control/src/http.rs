@@ -20,6 +20,9 @@
 //! | `DELETE /mirrors/{name}/topics` (body: [`TopicsBody`]) | RemoveTopics | ALTER | 202 |
 //! | `POST /mirrors/{name}/pause`, `resume`, `stop`, `restart` (optional [`TopicsBody`]; none or empty: all topics) | Pause, Resume, Stop, Restart | ALTER | 202 |
 //! | `POST /mirrors/{name}/sync` | Sync | ALTER | 202 |
+//! | `POST /mirrors/{name}/check` (optional [`TopicsBody`]) | CheckDivergence | ALTER | 202 |
+//! | `POST /mirrors/{name}/verify` (optional [`VerifyBody`]) | StartVerify | ALTER | 202 |
+//! | `GET /mirrors/{name}/verify` | VerifyStatus | DESCRIBE | 200 |
 //! | `GET /status` | Status | DESCRIBE (filtered) | 200 |
 //! | `GET /metrics` | Metrics, rendered by [`crate::metrics::render`] | DESCRIBE (filtered) | 200, `text/plain; version=0.0.4` |
 //! | `GET /acls`, `POST /acls`, `DELETE /acls` (body: [`AclsBody`]) | — (the ACL store) | the admin token only | 200, 201, 200 |
@@ -65,7 +68,9 @@ use ringmirror_dataplane::serve::AclStore;
 use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation};
 use serde::de::DeserializeOwned;
 
-use crate::admin::{AclsBody, AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, MirrorAcl, TopicsBody};
+use crate::admin::{
+    AclsBody, AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, MirrorAcl, TopicsBody, VerifyBody,
+};
 use crate::admin_auth::{Access, AdminAuth, Forbidden};
 pub use crate::admin_auth::{AdminPrincipals, AdminToken, TOKEN_FILE_BYTES_MAX, UNAUTHORIZED};
 use crate::admin_tls::{AdminListener, Peer};
@@ -337,6 +342,21 @@ fn router(api: Api) -> Router {
             }),
         )
         .route(
+            "/mirrors/{name}/check",
+            topic_change(MethodFilter::POST, false, |mirror, topics| {
+                AdminRequest::CheckDivergence { mirror, topics }
+            }),
+        )
+        .route(
+            "/mirrors/{name}/verify",
+            post(start_verify).merge(on_mirror(
+                MethodFilter::GET,
+                AclOperation::Describe,
+                StatusCode::OK,
+                |mirror| AdminRequest::VerifyStatus { mirror },
+            )),
+        )
+        .route(
             "/mirrors/{name}/sync",
             on_mirror(
                 MethodFilter::POST,
@@ -480,6 +500,33 @@ fn topics(body: &[u8], required: bool) -> Result<Vec<String>, ApiError> {
         return Err(AdminError::Invalid(format!("the body names no topics: expected {SHAPE}")).into());
     }
     Ok(topics)
+}
+
+/// `POST /mirrors/{name}/verify`: starts a verification (ALTER: it reads
+/// the source at up to the body's rate).
+async fn start_verify(
+    State(calls): State<Calls>,
+    Extension(access): Extension<Access>,
+    Path(mirror): Path<String>,
+    body: Bytes,
+) -> Answer {
+    access.check(AclOperation::Alter, &mirror)?;
+    let body = if body.trim_ascii().is_empty() {
+        VerifyBody {
+            topics: Vec::new(),
+            from_offset: 0,
+            bytes_per_s: VerifyBody::BYTES_PER_S_DEFAULT,
+        }
+    } else {
+        parse(&body, r#"{"topics": [...], "from_offset": N, "bytes_per_s": N}"#)?
+    };
+    let request = AdminRequest::StartVerify {
+        mirror,
+        topics: body.topics,
+        from_offset: body.from_offset,
+        bytes_per_s: body.bytes_per_s,
+    };
+    json(StatusCode::ACCEPTED, call(&calls, request).await?)
 }
 
 async fn create_mirror(State(calls): State<Calls>, Extension(access): Extension<Access>, body: Bytes) -> Answer {
@@ -825,7 +872,35 @@ mod tests {
             | AdminRequest::Pause { mirror, .. }
             | AdminRequest::Resume { mirror, .. }
             | AdminRequest::Stop { mirror, .. }
-            | AdminRequest::Restart { mirror, .. } => accepted(mirror),
+            | AdminRequest::Restart { mirror, .. }
+            | AdminRequest::CheckDivergence { mirror, .. } => accepted(mirror),
+            AdminRequest::StartVerify {
+                mirror,
+                from_offset,
+                bytes_per_s,
+                ..
+            } => AdminAnswer::Verify {
+                job: crate::admin::VerifyJob {
+                    mirror: mirror.clone(),
+                    id: 1,
+                    started_ms: 1,
+                    from_offset: *from_offset,
+                    bytes_per_s: *bytes_per_s,
+                    done: false,
+                    partitions: Vec::new(),
+                },
+            },
+            AdminRequest::VerifyStatus { mirror } => AdminAnswer::Verify {
+                job: crate::admin::VerifyJob {
+                    mirror: mirror.clone(),
+                    id: 1,
+                    started_ms: 1,
+                    from_offset: 0,
+                    bytes_per_s: 1,
+                    done: true,
+                    partitions: Vec::new(),
+                },
+            },
             AdminRequest::Status => AdminAnswer::Status {
                 partitions: vec![view("orders", 0), view("orders", 1)],
             },
@@ -895,6 +970,45 @@ mod tests {
         let r = f.send("POST", "/mirrors/dr/sync", None);
         assert_eq!((r.status, r.json()), (202, accepted.clone()));
         assert_eq!(f.seen(), [AdminRequest::Sync { mirror: "dr".into() }]);
+        // A verification: the defaults without a body, else the body's.
+        let r = f.send("POST", "/mirrors/dr/verify", None);
+        assert_eq!((r.status, r.json()["answer"].clone()), (202, json!("verify")));
+        assert_eq!(
+            f.seen(),
+            [AdminRequest::StartVerify {
+                mirror: "dr".into(),
+                topics: all(),
+                from_offset: 0,
+                bytes_per_s: VerifyBody::BYTES_PER_S_DEFAULT,
+            }]
+        );
+        let r = f.send(
+            "POST",
+            "/mirrors/dr/verify",
+            Some(r#"{"topics": ["orders"], "from_offset": 7, "bytes_per_s": 1024}"#),
+        );
+        assert_eq!(r.json()["job"]["from_offset"], 7);
+        assert_eq!(
+            f.seen(),
+            [AdminRequest::StartVerify {
+                mirror: "dr".into(),
+                topics: topics(&["orders"]),
+                from_offset: 7,
+                bytes_per_s: 1024,
+            }]
+        );
+        let r = f.send("GET", "/mirrors/dr/verify", None);
+        assert_eq!((r.status, r.json()["job"]["done"].clone()), (200, json!(true)));
+        assert_eq!(f.seen(), [AdminRequest::VerifyStatus { mirror: "dr".into() }]);
+        let r = f.send("POST", "/mirrors/dr/check", None);
+        assert_eq!((r.status, r.json()), (202, accepted.clone()));
+        assert_eq!(
+            f.seen(),
+            [AdminRequest::CheckDivergence {
+                mirror: "dr".into(),
+                topics: all(),
+            }]
+        );
         let r = f.send("PUT", "/mirrors/other", Some(&config_json().to_string()));
         assert_eq!((r.status, r.json()["error"].clone()), (400, json!("invalid")));
         assert!(f.seen().is_empty(), "refused before the coordinator");
@@ -1369,6 +1483,7 @@ mod tests {
                             epoch_bumps: 0,
                             crc_failures: 0,
                             truncations: 0,
+                            divergences: 0,
                         })
                         .collect(),
                     mirrors: names
@@ -1465,6 +1580,9 @@ mod tests {
             ("POST", "/mirrors/dr/stop".into(), None, "ALTER", "dr", 202),
             ("POST", "/mirrors/dr/restart".into(), None, "ALTER", "dr", 202),
             ("POST", "/mirrors/dr/sync".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/check".into(), None, "ALTER", "dr", 202),
+            ("POST", "/mirrors/dr/verify".into(), None, "ALTER", "dr", 202),
+            ("GET", "/mirrors/dr/verify".into(), None, "DESCRIBE", "dr", 200),
             ("POST", "/mirrors/secret/stop".into(), None, "ALTER", "secret", 202),
         ];
         // Who may: ro DESCRIBEs dr; ops ALTERs (so DESCRIBEs) all but

@@ -24,7 +24,7 @@ type MirrorFamily = (&'static str, &'static str, &'static str, fn(&MirrorMetrics
 /// One per-partition family: name, type, help, and the sample value.
 type PartitionFamily = (&'static str, &'static str, &'static str, fn(&PartitionMetrics) -> f64);
 
-const PARTITION_FAMILIES: [PartitionFamily; 10] = [
+const PARTITION_FAMILIES: [PartitionFamily; 11] = [
     (
         "ringmirror_partition_source_offset",
         "gauge",
@@ -84,6 +84,12 @@ const PARTITION_FAMILIES: [PartitionFamily; 10] = [
         "counter",
         "Truncations of the mirror partition to converge with the source.",
         |p| p.truncations as f64,
+    ),
+    (
+        "ringmirror_partition_divergences_total",
+        "counter",
+        "Truncations because the source rewrote history already mirrored (an unclean leader election).",
+        |p| p.divergences as f64,
     ),
 ];
 
@@ -323,6 +329,7 @@ mod tests {
             epoch_bumps: 1,
             crc_failures: 2,
             truncations: 0,
+            divergences: 0,
         }
     }
 
@@ -366,6 +373,7 @@ mod tests {
             format!("ringmirror_partition_epoch_bumps_total{{{pl}}} 1"),
             format!("ringmirror_partition_crc_failures_total{{{pl}}} 2"),
             format!("ringmirror_partition_truncations_total{{{pl}}} 0"),
+            format!("ringmirror_partition_divergences_total{{{pl}}} 0"),
             r#"ringmirror_mirror_fetch_errors_total{mirror="dr",code="6"} 3"#.to_owned(),
             r#"ringmirror_mirror_fetch_errors_total{mirror="dr",code="74"} 1"#.to_owned(),
             "# TYPE ringmirror_mirror_fetch_latency_seconds summary".to_owned(),

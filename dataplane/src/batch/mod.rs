@@ -1,11 +1,13 @@
 //! Kafka record batches (magic 2): zero-copy header views, framing, validation,
-//! control records, record decoding and a builder for the few batches the
+//! control records, header comparison with a source's bytes, record
+//! decoding and a builder for the few batches the
 //! agent writes itself (control markers, test data).
 //!
 //! The bytes of a batch are never rewritten here: views borrow them, and
 //! validation only reads.
 
 mod build;
+mod compare;
 mod control;
 mod error;
 mod header;
@@ -15,6 +17,7 @@ mod validate;
 pub mod varint;
 
 pub use build::{BatchBuilder, BuildRecord};
+pub use compare::{BatchSummary, Comparison, compare_batches};
 pub use control::{
     ControlRecord, ControlRecordError, ControlType, MIRROR_PID_RESET_VALUE_VERSION, encode_mirror_pid_reset_value,
 };

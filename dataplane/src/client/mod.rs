@@ -16,5 +16,7 @@ mod tls;
 
 pub use connection::{Connection, ConnectionOptions};
 pub use error::ClientError;
-pub use requests::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, list_offset};
+pub use requests::{
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionFetch, end_offset_for_epoch, fetch_partition, list_offset,
+};
 pub use tls::{ClientCertFiles, TlsClientConfig, ca_certificates};

@@ -90,3 +90,69 @@ pub async fn end_offset_for_epoch(
         Err(p.error_code)
     })
 }
+
+/// What the source answered for one partition to [`fetch_partition`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFetch {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Whole and partial batches from the one holding the fetch offset.
+    pub records: bytes::Bytes,
+}
+
+/// Fetch versions for [`fetch_partition`]: topics by name (before v13).
+const PLAIN_FETCH_VERSION_MIN: i16 = 4;
+const PLAIN_FETCH_VERSION_MAX: i16 = 12;
+
+/// One partition's bytes from `offset` (at most about `max_bytes`, at
+/// least one batch), with a plain consumer Fetch (READ_UNCOMMITTED, no
+/// session, no wait) decoded whole: off the hot path (divergence checks
+/// and `mirror verify`). `Ok(Err(code))` on a partition error.
+pub async fn fetch_partition(
+    conn: &mut Connection,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+    offset: i64,
+    max_bytes: i32,
+) -> Result<Result<PartitionFetch, i16>, ClientError> {
+    use kafka_protocol::messages::FetchRequest;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+
+    let version = conn.version_for::<FetchRequest>(PLAIN_FETCH_VERSION_MIN, PLAIN_FETCH_VERSION_MAX)?;
+    let mut partition = FetchPartition::default();
+    partition.partition = tp.partition;
+    partition.current_leader_epoch = current_leader_epoch;
+    partition.fetch_offset = offset;
+    partition.partition_max_bytes = max_bytes;
+    let mut topic = FetchTopic::default();
+    topic.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
+    topic.partitions = vec![partition];
+    let mut request = FetchRequest::default();
+    request.replica_id = (-1).into();
+    request.max_wait_ms = 0;
+    request.min_bytes = 1;
+    request.max_bytes = max_bytes;
+    request.isolation_level = 0;
+    request.session_id = 0;
+    request.session_epoch = -1;
+    request.topics = vec![topic];
+    let response = conn.request(&request, version).await?;
+    if response.error_code != 0 {
+        return Ok(Err(response.error_code));
+    }
+    let p = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == tp.partition)
+        .ok_or_else(|| no_answer(conn, "Fetch", version, tp))?;
+    Ok(if p.error_code == 0 {
+        Ok(PartitionFetch {
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records: p.records.clone().unwrap_or_default(),
+        })
+    } else {
+        Err(p.error_code)
+    })
+}

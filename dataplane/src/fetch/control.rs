@@ -26,6 +26,16 @@ pub enum MirrorCommand {
     /// End mirroring (failover): the partition leaves its fetcher, gets
     /// the closing markers and becomes local and writable; its log stays open.
     End(TopicPartition),
+    /// Compare the partition's last batches with the source's now (see
+    /// [`super::divergence`]).
+    CheckDivergence(TopicPartition),
+    /// Compare every batch held from `from_offset` with the source's
+    /// (`mirror verify`), at most `bytes_per_s`; answered with `Verified`.
+    Verify {
+        tp: TopicPartition,
+        from_offset: i64,
+        bytes_per_s: u64,
+    },
     /// Replace the mirror's settings (`mirror update`): fetchers use them
     /// from their next request on.
     UpdateSettings(Box<MirrorSettings>),
@@ -42,6 +52,7 @@ pub(crate) enum Directive {
     Resume,
     Remove,
     End,
+    CheckDivergence,
 }
 
 pub(crate) type Directives = Rc<RefCell<HashMap<TopicPartition, Directive>>>;

@@ -20,8 +20,10 @@
 //! `CommandFailed` answer a command), a few per stop (a stopped partition
 //! is not fetched again until a command resumes or places it), one
 //! `EpochBumpDue` per destination epoch (which only a command changes),
+//! one `Verified` per verify command,
 //! and at most two `Truncated` per fetch round (each follows a source's
-//! answer and cuts the log on disk) — and telemetry is capped.
+//! answer and cuts the log on disk, and may come with a `Diverged`) — and
+//! telemetry is capped.
 //! [`ShardEventCounts::state_queued`] shows how many state events wait.
 
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::log::TopicPartition;
 
+use super::divergence::VerifyOutcome;
 use super::stats::FetchStats;
 
 /// Telemetry events that may wait in one queue before more are dropped.
@@ -75,6 +78,25 @@ pub enum StateEvent {
         tp: TopicPartition,
         to_offset: i64,
         reason: &'static str,
+    },
+    /// The source rewrote history we had copied (an unclean leader
+    /// election): our log from `first_differing_offset` on differed from
+    /// the source's, found by batch CRCs or by the source's epochs, and was
+    /// cut to `truncated_to` (`bytes_lost` bytes of batches) to mirror the
+    /// source's new history. Follows the `Truncated` of the same cut; counted
+    /// in `ringmirror_partition_divergences_total`.
+    Diverged {
+        mirror: String,
+        tp: TopicPartition,
+        first_differing_offset: i64,
+        truncated_to: i64,
+        bytes_lost: u64,
+    },
+    /// What a `mirror verify` of the partition found (one per command).
+    Verified {
+        mirror: String,
+        tp: TopicPartition,
+        outcome: VerifyOutcome,
     },
     /// The partition stopped appending.
     Stopped {

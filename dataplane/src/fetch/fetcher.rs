@@ -28,6 +28,7 @@ use crate::log::TopicPartition;
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
 use super::control::{Directive, Directives};
+use super::divergence::{self, CheckOutcome, DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, PendingCheck};
 use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
@@ -221,6 +222,11 @@ impl Fetcher {
                 conn = None;
                 continue;
             }
+            if let Err(e) = self.check_divergences(c, &mut partitions).await {
+                tracing::warn!(broker = self.broker_id, error = %e, "divergence check failed; reconnecting");
+                conn = None;
+                continue;
+            }
             if !partitions.iter().any(MirrorPartition::fetchable) {
                 // Nothing to fetch until told to go on; wait without spinning.
                 glommio::timer::sleep(Duration::from_millis(settings.fetch_max_wait_ms)).await;
@@ -259,6 +265,10 @@ impl Fetcher {
                         mirror: partitions[i].key.mirror.clone(),
                         tp: partitions[i].key.tp.clone(),
                     });
+                    i += 1;
+                }
+                Some(Directive::CheckDivergence) => {
+                    partitions[i].divergence_check = Some(PendingCheck::NOW);
                     i += 1;
                 }
                 Some(Directive::Resume) => {
@@ -309,7 +319,7 @@ impl Fetcher {
                     if epoch >= 0 && end_offset >= 0 {
                         let (_, ours) = p.log().end_offset_for_epoch(epoch);
                         let target = end_offset.min(if ours >= 0 { ours } else { end_offset });
-                        self.truncate(p, target, "source epoch ends earlier");
+                        self.truncate_diverged(p, target, "source epoch ends earlier");
                     }
                     i += 1;
                 }
@@ -334,21 +344,63 @@ impl Fetcher {
         Ok(())
     }
 
-    fn truncate(&self, p: &mut MirrorPartition, target: i64, reason: &'static str) {
+    /// Cuts the log to `target` to converge with the source; the bytes of
+    /// batches cut (0 when nothing was).
+    fn truncate(&self, p: &mut MirrorPartition, target: i64, reason: &'static str) -> u64 {
         if target >= p.log().log_end_offset() {
-            return;
+            return 0;
         }
         tracing::info!(partition = %p.key, from = p.log().log_end_offset(), to = target, reason, "truncating to converge with the source");
+        let size_before = p.log().size_bytes();
         let result = p.log_mut().truncate_to(target);
         match result {
-            Ok(()) => self.events.state(StateEvent::Truncated {
-                mirror: p.key.mirror.clone(),
-                tp: p.key.tp.clone(),
-                to_offset: p.log().log_end_offset(),
-                reason,
-            }),
-            Err(e) => self.stop_partition(p, StopReason::LogFailed { error: e.to_string() }),
+            Ok(()) => {
+                // The log refills to ends it reported before: report them again.
+                p.last_progress_offset = -1;
+                self.events.state(StateEvent::Truncated {
+                    mirror: p.key.mirror.clone(),
+                    tp: p.key.tp.clone(),
+                    to_offset: p.log().log_end_offset(),
+                    reason,
+                });
+                size_before.saturating_sub(p.log().size_bytes())
+            }
+            Err(e) => {
+                self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
+                0
+            }
         }
+    }
+
+    /// Truncates at a source's answer that it no longer holds what we
+    /// copied from `first_differing_offset` on. Everything we hold was
+    /// below the source's high watermark when fetched (committed there: a
+    /// consumer Fetch reads with `FetchIsolation.HIGH_WATERMARK`, see
+    /// `kafka.server.ReplicaManager#readFromLog`), so a cut is a divergence
+    /// of histories, reported loudly.
+    fn truncate_diverged(&self, p: &mut MirrorPartition, first_differing_offset: i64, reason: &'static str) {
+        let from = p.log().log_end_offset();
+        let bytes_lost = self.truncate(p, first_differing_offset, reason);
+        if bytes_lost == 0 {
+            return;
+        }
+        let truncated_to = p.log().log_end_offset();
+        tracing::warn!(
+            partition = %p.key,
+            first_differing_offset,
+            truncated_to,
+            log_end_offset_before = from,
+            bytes_lost,
+            reason,
+            "the source rewrote history we had mirrored; mirroring its new history"
+        );
+        self.events.state(StateEvent::Diverged {
+            mirror: p.key.mirror.clone(),
+            tp: p.key.tp.clone(),
+            first_differing_offset,
+            truncated_to,
+            bytes_lost,
+        });
     }
 
     fn stop_partition(&self, p: &mut MirrorPartition, reason: StopReason) {
@@ -359,6 +411,61 @@ impl Fetcher {
             tp: p.key.tp.clone(),
             reason,
         });
+    }
+
+    /// Runs the divergence checks that are due (see [`super::divergence`]).
+    async fn check_divergences(
+        &self,
+        c: &mut Connection,
+        partitions: &mut Vec<MirrorPartition>,
+    ) -> Result<(), ClientError> {
+        let mut i = 0;
+        while i < partitions.len() {
+            let now = now_ms();
+            let p = &mut partitions[i];
+            let Some(pending) = p
+                .divergence_check
+                .filter(|c| c.next_attempt_ms <= now && !p.needs_truncation_check)
+            else {
+                i += 1;
+                continue;
+            };
+            let outcome = match divergence::check_partition(c, p).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    p.divergence_check = (pending.attempts + 1 < DIVERGENCE_ATTEMPTS_MAX).then_some(PendingCheck {
+                        attempts: pending.attempts + 1,
+                        next_attempt_ms: now + DIVERGENCE_RETRY_INTERVAL_MS,
+                    });
+                    return Err(e);
+                }
+            };
+            match outcome {
+                CheckOutcome::NoDifference => p.divergence_check = None,
+                CheckOutcome::Diverged { first_differing_offset } => {
+                    p.divergence_check = None;
+                    self.truncate_diverged(p, first_differing_offset, "batches differ from the source's");
+                }
+                CheckOutcome::NeedsMetadata => {
+                    let p = partitions.swap_remove(i);
+                    self.give_back(p, ReturnReason::Metadata);
+                    continue;
+                }
+                CheckOutcome::Transient(reason) if pending.attempts + 1 >= DIVERGENCE_ATTEMPTS_MAX => {
+                    tracing::warn!(partition = %p.key, reason, attempts = pending.attempts + 1, "divergence check given up; nothing truncated");
+                    p.divergence_check = None;
+                }
+                CheckOutcome::Transient(reason) => {
+                    tracing::debug!(partition = %p.key, reason, "divergence check could not complete; will retry");
+                    p.divergence_check = Some(PendingCheck {
+                        attempts: pending.attempts + 1,
+                        next_attempt_ms: now + DIVERGENCE_RETRY_INTERVAL_MS,
+                    });
+                }
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
     fn build_request(&self, version: i16, partitions: &[MirrorPartition], session: &mut ClientSession) -> FetchRequest {
@@ -787,7 +894,7 @@ impl Fetcher {
                 if let Some((epoch, end_offset)) = fields.diverging_epoch {
                     let (_, ours) = p.log().end_offset_for_epoch(epoch);
                     let target = if ours >= 0 { end_offset.min(ours) } else { end_offset };
-                    self.truncate(p, target, "source reported a diverging epoch");
+                    self.truncate_diverged(p, target, "source reported a diverging epoch");
                 }
                 self.report_progress(p);
             }
@@ -836,7 +943,7 @@ impl Fetcher {
                             Err(e) => self.stop_partition(p, StopReason::LogFailed { error: e.to_string() }),
                         }
                     } else if ours > end {
-                        self.truncate(p, end, "ahead of the source's log end");
+                        self.truncate_diverged(p, end, "ahead of the source's log end");
                     }
                 }
                 (earliest, latest) => {

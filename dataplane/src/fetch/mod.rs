@@ -7,9 +7,12 @@
 //! as a stream and receives record bytes straight into the log tail,
 //! validates them in place and commits whole batches. A partition that
 //! meets an error goes back to the supervisor, which refreshes metadata and
-//! places it again after a jittered backoff.
+//! places it again after a jittered backoff. After a source leader-epoch
+//! change the fetcher compares our last batches with the source's
+//! ([`divergence`]) before it fetches on.
 
 mod control;
+mod divergence;
 mod events;
 mod fetcher;
 mod ingest;
@@ -19,6 +22,10 @@ mod stats;
 mod supervisor;
 
 pub use control::{MirrorCommand, MirrorInbox};
+pub use divergence::{
+    DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, DIVERGENCE_WINDOW_BATCHES, DIVERGENCE_WINDOW_BYTES_MAX,
+    DIVERGENCE_WINDOWS_MAX, PendingCheck, VerifyOutcome,
+};
 pub use events::{
     ShardEvent, ShardEventCounts, ShardEventReceiver, ShardEventSink, StateEvent, StopReason,
     TELEMETRY_EVENTS_QUEUED_MAX_DEFAULT, TelemetryEvent, event_queue,

@@ -9,6 +9,8 @@ use std::rc::Rc;
 use crate::log::{PartitionLog, TopicPartition};
 use crate::serve::ServedPartition;
 
+use super::divergence::PendingCheck;
+
 /// Identity of a mirrored partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PartitionKey {
@@ -57,6 +59,9 @@ pub struct MirrorPartition {
     pub high_watermark: i64,
     /// Set on placement: converge with the source before fetching.
     pub needs_truncation_check: bool,
+    /// Set when the source's leader epoch changed (and on demand): compare
+    /// our last batches with the source's before fetching on.
+    pub divergence_check: Option<PendingCheck>,
     /// Appending is stopped (an error such as an exceeded epoch) until the
     /// control plane says go on.
     pub stopped: bool,
@@ -89,6 +94,7 @@ impl MirrorPartition {
             fetch_epoch: -1,
             high_watermark: -1,
             needs_truncation_check: true,
+            divergence_check: None,
             stopped: false,
             paused: false,
             failures: 0,
@@ -117,6 +123,6 @@ impl MirrorPartition {
     /// Whether the next Fetch should include this partition: not stopped or
     /// paused, and converged with the source since it was placed.
     pub fn fetchable(&self) -> bool {
-        !self.stopped && !self.paused && !self.needs_truncation_check
+        !self.stopped && !self.paused && !self.needs_truncation_check && self.divergence_check.is_none()
     }
 }

@@ -15,6 +15,7 @@ use crate::client::{Connection, ConnectionOptions};
 use crate::serve::Registry;
 
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
+use super::divergence::{PendingCheck, VerifyOutcome, VerifySource, verify_partition};
 use super::events::{ShardEventSink, StateEvent, TelemetryEvent};
 use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
 use super::ingest::IngestMode;
@@ -312,6 +313,17 @@ impl Supervisor {
                     }
                     None => self.direct(tp, Directive::Pause),
                 },
+                MirrorCommand::CheckDivergence(tp) => {
+                    match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
+                        Some(p) => p.partition.divergence_check = Some(PendingCheck::NOW),
+                        None => self.direct(tp, Directive::CheckDivergence),
+                    }
+                }
+                MirrorCommand::Verify {
+                    tp,
+                    from_offset,
+                    bytes_per_s,
+                } => self.start_verify(tp, from_offset, bytes_per_s),
                 MirrorCommand::Resume(tp) => match self.pending.iter_mut().find(|p| p.partition.key.tp == tp) {
                     Some(p) => {
                         p.partition.paused = false;
@@ -324,6 +336,37 @@ impl Supervisor {
         }
     }
 
+    /// Starts a `mirror verify` of `tp` against its source leader in a
+    /// task of its own (the fetchers go on); `Verified` reports the end.
+    fn start_verify(&self, tp: crate::log::TopicPartition, from_offset: i64, bytes_per_s: u64) {
+        let settings = self.settings.get();
+        let mirror = settings.name.clone();
+        let source = self.metadata.as_ref().and_then(|m| {
+            let p = m.partitions.get(&tp)?;
+            Some(VerifySource {
+                addr: m.brokers.get(&p.leader)?.clone(),
+                options: settings.connection.clone(),
+                leader_epoch: p.leader_epoch,
+            })
+        });
+        let (Some(source), Some(served)) = (source, self.registry.get(&tp)) else {
+            self.event(StateEvent::Verified {
+                mirror,
+                tp,
+                outcome: VerifyOutcome::Incomplete {
+                    error: "no source leader known for the partition yet".into(),
+                },
+            });
+            return;
+        };
+        let events = self.events.clone();
+        glommio::spawn_local(async move {
+            let outcome = verify_partition(source, served, tp.clone(), from_offset, bytes_per_s).await;
+            events.state(StateEvent::Verified { mirror, tp, outcome });
+        })
+        .detach();
+    }
+
     fn take_pending(&mut self, tp: &crate::log::TopicPartition) -> Option<MirrorPartition> {
         let i = self.pending.iter().position(|p| &p.partition.key.tp == tp)?;
         Some(self.pending.swap_remove(i).partition)
@@ -332,7 +375,13 @@ impl Supervisor {
     /// Leaves a directive for the fetcher holding `tp`, if any does.
     fn direct(&mut self, tp: crate::log::TopicPartition, directive: Directive) {
         if self.fetchers.values().any(|f| f.alive.get()) {
-            self.directives.borrow_mut().insert(tp, directive);
+            let mut directives = self.directives.borrow_mut();
+            if directive == Directive::CheckDivergence {
+                // A check waits behind what is already asked (a removal, a pause).
+                directives.entry(tp).or_insert(directive);
+            } else {
+                directives.insert(tp, directive);
+            }
         } else {
             let error = format!("{directive:?}: partition is not mirrored here");
             self.event(StateEvent::CommandFailed {
@@ -455,6 +504,9 @@ impl Supervisor {
                 continue;
             };
             let mut partition = self.pending.swap_remove(i).partition;
+            if partition.fetch_epoch != source.leader_epoch {
+                partition.divergence_check = Some(PendingCheck::NOW);
+            }
             partition.fetch_epoch = source.leader_epoch;
             partition.needs_truncation_check = true;
             match self.fetchers.get(&source.leader).filter(|f| f.alive.get()) {

@@ -13,7 +13,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::batch::{BatchIter, NO_PARTITION_LEADER_EPOCH, RecordBatch, Validation, decode_records, validate_batches};
+use crate::batch::{
+    BatchIter, BatchSummary, NO_PARTITION_LEADER_EPOCH, RecordBatch, Validation, decode_records, validate_batches,
+};
 
 use super::checkpoint::{read_partition_metadata, topic_id_to_string, write_partition_metadata};
 use super::config::LogConfig;
@@ -1014,6 +1016,63 @@ impl PartitionLog {
     }
     pub fn segment_base_offsets(&self) -> Vec<i64> {
         self.segments.keys().copied().collect()
+    }
+
+    /// The headers of the last batches ending at or below `end_offset`: at
+    /// most `batches_max` of them and `bytes_max` bytes (at least one batch
+    /// when there is one), in offset order. Reads headers only, from the
+    /// segment holding `end_offset` down (divergence checks).
+    pub fn tail_batches(&self, end_offset: i64, batches_max: usize, bytes_max: usize) -> Result<Vec<BatchSummary>> {
+        let mut tail = std::collections::VecDeque::with_capacity(batches_max);
+        for segment in self.segments.range(..end_offset).rev().map(|(_, s)| s) {
+            let mut in_segment = Vec::new();
+            for item in BatchIter::new(segment.bytes(), self.config.max_batch_bytes) {
+                let summary = BatchSummary::of(&item?.1);
+                if summary.end_offset() > end_offset {
+                    break;
+                }
+                in_segment.push(summary);
+            }
+            let mut bytes: usize = tail.iter().map(|b: &BatchSummary| b.size_bytes).sum();
+            for summary in in_segment.into_iter().rev() {
+                if tail.len() == batches_max || (!tail.is_empty() && bytes + summary.size_bytes > bytes_max) {
+                    return Ok(tail.into());
+                }
+                bytes += summary.size_bytes;
+                tail.push_front(summary);
+            }
+        }
+        Ok(tail.into())
+    }
+
+    /// The headers of the batches from the one holding `offset` on, within
+    /// one segment: at most `batches_max` and `bytes_max` bytes (at least one
+    /// batch when there is one), each with the CRC of its bytes as stored
+    /// (so damage on our disk shows). Empty at the log end (`mirror verify`).
+    pub fn batches_from(&self, offset: i64, batches_max: usize, bytes_max: usize) -> Result<Vec<BatchSummary>> {
+        let offset = offset.max(self.log_start_offset);
+        let mut found = Vec::new();
+        let mut bytes = 0;
+        let first = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(&base, _)| base);
+        for segment in self.segments.range(first..).map(|(_, s)| s) {
+            let Some(position) = segment.find_position(offset, self.config.max_batch_bytes)? else {
+                continue;
+            };
+            for item in BatchIter::new(&segment.bytes()[position as usize..], self.config.max_batch_bytes) {
+                let summary = BatchSummary::of_contents(&item?.1);
+                if found.len() == batches_max || (!found.is_empty() && bytes + summary.size_bytes > bytes_max) {
+                    break;
+                }
+                bytes += summary.size_bytes;
+                found.push(summary);
+            }
+            break;
+        }
+        Ok(found)
     }
 
     /// Every committed batch in offset order, read from the mapped segments

@@ -93,6 +93,21 @@ pub enum ShardCommand {
         mirror: String,
         tp: TopicPartition,
     },
+    /// Compare the partition's last batches with the source's now
+    /// (`mirror check`); a difference is reported as `Diverged`.
+    CheckDivergence {
+        mirror: String,
+        tp: TopicPartition,
+    },
+    /// Compare every batch held from `from_offset` with the source's
+    /// (`mirror verify`), reading at most `bytes_per_s`; answered with
+    /// `Verified`.
+    Verify {
+        mirror: String,
+        tp: TopicPartition,
+        from_offset: i64,
+        bytes_per_s: u64,
+    },
     /// End mirroring (failover): the partition becomes local and writable.
     EndMirroring {
         mirror: String,
@@ -353,6 +368,23 @@ impl Shard {
                 ShardCommand::Pause { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Pause(tp)),
                 ShardCommand::Resume { mirror, tp } => (mirror, tp.clone(), MirrorCommand::Resume(tp)),
                 ShardCommand::EndMirroring { mirror, tp } => (mirror, tp.clone(), MirrorCommand::End(tp)),
+                ShardCommand::CheckDivergence { mirror, tp } => {
+                    (mirror, tp.clone(), MirrorCommand::CheckDivergence(tp))
+                }
+                ShardCommand::Verify {
+                    mirror,
+                    tp,
+                    from_offset,
+                    bytes_per_s,
+                } => (
+                    mirror,
+                    tp.clone(),
+                    MirrorCommand::Verify {
+                        tp,
+                        from_offset,
+                        bytes_per_s,
+                    },
+                ),
             };
             match self.mirrors.get(&mirror) {
                 Some(m) => m.inbox.borrow_mut().push_back(command),
