@@ -273,11 +273,12 @@ fn assert_share_group_apis(addr: &str) {
         .iter()
         .map(|k| (k.api_key, (k.min_version, k.max_version)))
         .collect();
-    for key in [
-        ApiKey::DescribeShareGroupOffsets,
-        ApiKey::AlterShareGroupOffsets,
-        ApiKey::DeleteShareGroupOffsets,
-    ] {
+    // v1 of DescribeShareGroupOffsets adds each partition's lag (KIP-1226).
+    assert_eq!(
+        advertised.get(&(ApiKey::DescribeShareGroupOffsets as i16)),
+        Some(&(0, 1))
+    );
+    for key in [ApiKey::AlterShareGroupOffsets, ApiKey::DeleteShareGroupOffsets] {
         assert_eq!(advertised.get(&(key as i16)), Some(&(0, 0)), "{key:?}");
     }
     assert_eq!(advertised.get(&(ApiKey::ShareGroupDescribe as i16)), Some(&(1, 1)));
