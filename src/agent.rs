@@ -20,9 +20,9 @@ use ringmirror_dataplane::serve::{
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
+use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
 use ringmirror_control::coordinator::{CoordinatorSetup, MirrorCoordinator};
-use ringmirror_control::http::{AdminSecurity, AdminServer};
 use ringmirror_control::state_store::MirrorStateStore;
 
 use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};

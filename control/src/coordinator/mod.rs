@@ -35,10 +35,10 @@ use ringmirror_dataplane::sasl::SaslClientConfig;
 use ringmirror_dataplane::serve::{CatalogHandle, MirrorReportsHandle};
 use ringmirror_dataplane::shard::ShardCommand;
 
-use crate::acl_sync::AclSyncReport;
 use crate::admin::{AdminCall, AdminError};
-use crate::deletion::DeletionChecks;
-use crate::group_sync::{GroupFilter, GroupSyncReport};
+use crate::metadata_sync::acl_sync::AclSyncReport;
+use crate::metadata_sync::deletion::DeletionChecks;
+use crate::metadata_sync::groups::{GroupFilter, GroupSyncReport};
 use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, PartitionReport};
 
 use super::{Core, Partition};
-use crate::acl_sync::AclSyncReport;
 use crate::admin::{
     AdminError, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary, PartitionMetrics, PartitionView,
     ShardEventMetrics,
 };
-use crate::deletion;
-use crate::group_sync::{GroupOutcome, GroupSyncReport};
+use crate::metadata_sync::acl_sync::AclSyncReport;
+use crate::metadata_sync::deletion;
+use crate::metadata_sync::groups::{GroupOutcome, GroupSyncReport};
 use crate::state_store::PartitionStateKey;
 
 /// The fetch latency quantiles `/metrics` reports.

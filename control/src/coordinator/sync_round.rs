@@ -12,12 +12,12 @@ use ringmirror_dataplane::fetch::SourceMetadata;
 
 use super::connections::{connection, source_metadata, source_options};
 use super::{Core, SYNC_RETRY_MIN, now_ms};
-use crate::acl_sync::sync_acls;
-use crate::deletion::{self, NO_TOPIC_ID, Round, Sighting};
-use crate::group_sync::sync_group_offsets;
+use crate::metadata_sync::acl_sync::sync_acls;
+use crate::metadata_sync::deletion::{self, NO_TOPIC_ID, Round, Sighting};
+use crate::metadata_sync::groups::sync_group_offsets;
+use crate::metadata_sync::topic_config_sync::{diff, fetch_topic_configs_report};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{PartitionStateKey, TopicConfigKey, TopicConfigRecord};
-use crate::topic_config_sync::{diff, fetch_topic_configs_report};
 
 impl Core {
     pub(super) async fn sync_due_mirrors(&mut self) {

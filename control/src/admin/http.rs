@@ -7,7 +7,7 @@
 //! thread. DESIGN.md names tokio-uring for the control plane; admin traffic
 //! is a few requests a minute, so plain tokio (epoll) is enough here and
 //! keeps io_uring out of this path. With a certificate it speaks HTTPS
-//! only ([`crate::admin_tls`]).
+//! only ([`crate::admin::tls`]).
 //!
 //! | route | request | ClusterMirror operation | success |
 //! | --- | --- | --- | --- |
@@ -21,7 +21,7 @@
 //! | `POST /mirrors/{name}/pause`, `resume`, `stop`, `restart` (optional [`TopicsBody`]; none or empty: all topics) | Pause, Resume, Stop, Restart | ALTER | 202 |
 //! | `POST /mirrors/{name}/sync` | Sync | ALTER | 202 |
 //! | `GET /status` | Status | DESCRIBE (filtered) | 200 |
-//! | `GET /metrics` | Metrics, rendered by [`crate::metrics::render`] | DESCRIBE (filtered) | 200, `text/plain; version=0.0.4` |
+//! | `GET /metrics` | Metrics, rendered by [`crate::admin::metrics::render`] | DESCRIBE (filtered) | 200, `text/plain; version=0.0.4` |
 //! | `GET /acls`, `POST /acls`, `DELETE /acls` (body: [`AclsBody`]) | — (the ACL store) | the admin token only | 200, 201, 200 |
 //! | `GET /health` | — | — | 200 `ok` |
 //!
@@ -34,7 +34,7 @@
 //! is 404 `not_found`, a known route with another method 405
 //! `method_not_allowed`.
 //!
-//! **Authentication and authorization** ([`crate::admin_auth`]). With an
+//! **Authentication and authorization** ([`crate::admin::auth`]). With an
 //! admin token or principals, every request but `GET /health` (liveness
 //! probes) must carry `Authorization: Bearer <token>`; any other request
 //! is answered 401 `unauthorized` with `WWW-Authenticate: Bearer
@@ -65,10 +65,10 @@ use ringmirror_dataplane::serve::AclStore;
 use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation};
 use serde::de::DeserializeOwned;
 
+use crate::admin::auth::{Access, AdminAuth, Forbidden};
+pub use crate::admin::auth::{AdminPrincipals, AdminToken, TOKEN_FILE_BYTES_MAX, UNAUTHORIZED};
+use crate::admin::tls::{AdminListener, Peer};
 use crate::admin::{AclsBody, AdminAnswer, AdminCall, AdminError, AdminRequest, ErrorBody, MirrorAcl, TopicsBody};
-use crate::admin_auth::{Access, AdminAuth, Forbidden};
-pub use crate::admin_auth::{AdminPrincipals, AdminToken, TOKEN_FILE_BYTES_MAX, UNAUTHORIZED};
-use crate::admin_tls::{AdminListener, Peer};
 use crate::mirror::MirrorConfig;
 
 /// Where the admin API listens unless configured otherwise.
@@ -566,8 +566,8 @@ async fn status(State(calls): State<Calls>, Extension(access): Extension<Access>
 async fn metrics(State(calls): State<Calls>, Extension(access): Extension<Access>) -> Answer {
     match access.filter(call(&calls, AdminRequest::Metrics).await?) {
         AdminAnswer::Metrics { metrics } => Ok((
-            [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-            crate::metrics::render(&metrics),
+            [(header::CONTENT_TYPE, crate::admin::metrics::CONTENT_TYPE)],
+            crate::admin::metrics::render(&metrics),
         )
             .into_response()),
         other => Err(unexpected("metrics", &other)),
