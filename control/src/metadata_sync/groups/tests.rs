@@ -21,10 +21,21 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
+    AlterShareGroupOffsetsResponse, ApiKey, DescribeGroupsRequest, DescribeShareGroupOffsetsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsResponse, MetadataRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
+use ringmirror_dataplane::client::error_codes as codes;
 
+use super::consumer::*;
+use super::coordinators::*;
+use super::listing::*;
+use super::offsets::*;
+use super::share::*;
 use super::*;
 
 fn tp(t: &str, p: i32) -> (String, i32) {
