@@ -61,13 +61,7 @@ fn mirror_config(dir: &Path, source: &str, topics: &[&str], include: Option<&str
 
 /// The state of `topic`-0 of mirror "dr".
 fn state(agent: &Agent, topic: &str) -> String {
-    match agent.admin(AdminRequest::Status).expect("status") {
-        AdminAnswer::Status { partitions } => partitions
-            .into_iter()
-            .find(|p| p.mirror == "dr" && p.topic == topic && p.partition == 0)
-            .map_or_else(|| "absent".into(), |p| p.state),
-        other => panic!("{other:?}"),
-    }
+    common::partition_state(agent, "dr", topic, 0)
 }
 
 fn assert_mirroring(agent: &Agent, topic: &str) {
@@ -248,19 +242,6 @@ fn source_config(dir: &Path, addr: &str) -> AgentConfig {
 }
 
 /// The topic id `addr` reports for `topic`.
-fn topic_id(addr: &str, topic: &str) -> String {
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
-    let request = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
-        TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into())),
-    ))]));
-    let response: MetadataResponse = common::KafkaConnection::connect(addr, DEADLINE)
-        .expect("connect")
-        .request(ApiKey::Metadata as i16, 12, &request)
-        .expect("Metadata");
-    response.topics[0].topic_id.to_string()
-}
-
 /// Source agent A serves a doomed topic and `kept`; agent B mirrors both.
 /// A is restarted without the doomed one (and, with `recreate`, creates it
 /// again: a new topic id). B must report the pending deletion and stop it
@@ -280,7 +261,7 @@ fn stopped_only_after_the_window(recreate: bool) {
         common::create_topic(&a_addr, topic, 1, DEADLINE);
         produce(&a_addr, topic, 100, 0);
     }
-    let old_id = topic_id(&a_addr, doomed);
+    let old_id = common::topic_id(&a_addr, doomed, DEADLINE);
     let b = Agent::start(mirror_config(
         b_dir.path(),
         &proxy.addr.to_string(),
@@ -303,7 +284,7 @@ fn stopped_only_after_the_window(recreate: bool) {
     if recreate {
         common::create_topic(&a_addr, doomed, 1, DEADLINE);
         produce(&a_addr, doomed, 10, 500);
-        new_id = Some(topic_id(&a_addr, doomed));
+        new_id = Some(common::topic_id(&a_addr, doomed, DEADLINE));
         assert_ne!(new_id.as_deref(), Some(old_id.as_str()));
     }
     produce(&a_addr, "kept", 50, 1000);

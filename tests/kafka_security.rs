@@ -479,10 +479,9 @@ fn another_clusters_id_halts_sync_and_moves_nothing() {
 const SHARE_GROUPS_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ShareGroupCommand";
 
 /// kafka-share-groups `--describe --group G` at `bootstrap`: the GROUP,
-/// TOPIC, PARTITION and START-OFFSET columns of `topic`'s rows, sorted.
-/// LAG is left out: Kafka 4.2+ answers it in DescribeShareGroupOffsets v1
-/// (KIP-1226), which our listener does not speak yet (v0: the tool shows
-/// `-`; see README "Share groups").
+/// TOPIC, PARTITION, START-OFFSET and LAG columns of `topic`'s rows,
+/// sorted. Kafka 4.2+ answers LAG in DescribeShareGroupOffsets v1
+/// (KIP-1226), as our listener does.
 fn describe_share_group(bootstrap: &str, dir: &Path, group: &str, topic: &str) -> Vec<String> {
     let text = admin_tool(
         SHARE_GROUPS_COMMAND,
@@ -491,10 +490,26 @@ fn describe_share_group(bootstrap: &str, dir: &Path, group: &str, topic: &str) -
         dir,
         &["--describe", "--group", group],
     );
-    let mut rows: Vec<String> = text
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(topic))
-        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+    let mut lines = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let header = lines
+        .find(|cells| cells.first() == Some(&"GROUP"))
+        .unwrap_or_else(|| panic!("no header in kafka-share-groups' answer:\n{text}"));
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|&c| c == name)
+            .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
+    };
+    let wanted = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"].map(column);
+    let mut rows: Vec<String> = lines
+        .filter(|cells| cells.get(wanted[1]) == Some(&topic))
+        .map(|cells| {
+            wanted
+                .iter()
+                .map(|&i| cells.get(i).copied().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect();
     rows.sort();
     rows
@@ -521,13 +536,17 @@ fn share_group_start_offsets_set_at_kafka_arrive() {
         ],
     );
     assert!(out.contains("NEW-OFFSET"), "{out}");
+    // Records after the start offsets: a lag of their count per partition.
+    let mut after = ends.clone();
+    after.extend(produce("shared-work", &["--count", "40", "--batch"]));
     let dir = tempfile::tempdir().unwrap();
     let at_kafka = describe_share_group(&c.bootstrap, dir.path(), "workers", "shared-work");
     assert_eq!(at_kafka.len(), 2, "{at_kafka:#?}");
-    for (p, end) in &ends {
+    for (p, start) in &ends {
+        let lag = after[p] - start;
         assert!(
-            at_kafka.contains(&format!("workers shared-work {p} {end}")),
-            "partition {p} starts at {end} at Kafka: {at_kafka:#?}"
+            at_kafka.contains(&format!("workers shared-work {p} {start} {lag}")),
+            "partition {p} starts at {start} with lag {lag} at Kafka: {at_kafka:#?}"
         );
     }
     let data = dir.path().join("data");
@@ -538,7 +557,7 @@ fn share_group_start_offsets_set_at_kafka_arrive() {
         &["shared-work"],
         &sasl_ssl_security(),
     );
-    wait_caught_up(&agent, "shared-work", &ends);
+    wait_caught_up(&agent, "shared-work", &after);
     let ours = agent.listener_addr().expect("listening").to_string();
     common::wait_until(DEADLINE, "the share group synced", || {
         let here = describe_share_group(&ours, dir.path(), "workers", "shared-work");

@@ -16,6 +16,9 @@
 //!   kafka-topics, kafka-get-offsets, kafka-configs, kafka-consumer-groups,
 //!   kafka-acls, kafka-broker-api-versions and kafka-log-dirs work against
 //!   the agent and agree with Kafka where both answer.
+//! - **A topic deleted at Kafka** is stopped only after the confirmation
+//!   window (shown pending meanwhile, the absence confirmed by more than one
+//!   of Kafka's brokers), with its data kept and served.
 //!
 //! One cluster serves every test of this binary; each test has topics and
 //! an agent of its own.
@@ -962,4 +965,78 @@ fn partitions_added_at_kafka_are_mirrored() {
     agent.stop().expect("clean stop");
     let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("growing", p)).collect();
     common::assert_mirrors_source(&data, &c.bootstrap, &tps);
+}
+
+#[test]
+fn a_topic_deleted_at_kafka_is_stopped_after_the_confirmation_window_with_its_data() {
+    const CONFIRM_MS: u64 = 4000;
+    let _steady = steady();
+    let c = cluster();
+    for topic in ["doomed", "outlives"] {
+        c.create_topic(topic, 1, &[]);
+        produce(topic, &["--count", "100", "--batch"]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::kafka::mirror_agent(
+        &dir.path().join("data"),
+        &c.bootstrap,
+        &["doomed", "outlives"],
+        "",
+        "",
+        &format!("topic_deletion_confirm_rounds = 3\ntopic_deletion_confirm_ms = {CONFIRM_MS}"),
+    );
+    wait_caught_up(&agent, "doomed", 1);
+    wait_caught_up(&agent, "outlives", 1);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    let before = common::source_partition_log(&ours, "doomed", 0, DEADLINE);
+    let topic_id = common::topic_id(&c.bootstrap, "doomed", DEADLINE);
+
+    kafka_tool(TOPIC_COMMAND, &c.bootstrap, &["--delete", "--topic", "doomed"]);
+    // Pending (shown, MIRRORING) until the window has run out; then STOPPED.
+    let mut first_absent: Option<u64> = None;
+    let mut rounds = 0;
+    let mut brokers = 0;
+    let stopped_at = common::wait_until(DEADLINE, "doomed stopping", || {
+        let state = common::partition_state(&agent, "dr", "doomed", 0);
+        let now = common::now_ms();
+        if state == "STOPPING" || state == "STOPPED" {
+            return Ok(now);
+        }
+        assert_eq!(state, "MIRRORING", "a pending deletion leaves the topic mirroring");
+        let checks = common::describe_mirror(&agent, "dr").topic_checks;
+        if let Some(check) = checks.into_iter().find(|c| c.topic == "doomed") {
+            assert_eq!(check.kind, "deleted", "{check:?}");
+            assert_eq!(check.topic_id, topic_id, "{check:?}");
+            first_absent.get_or_insert(check.since_ms);
+            rounds = rounds.max(check.round);
+            brokers = brokers.max(check.brokers.len());
+        }
+        Err(format!("{state}; first absent at {first_absent:?}"))
+    });
+    common::wait_until(DEADLINE, "doomed STOPPED", || {
+        match common::partition_state(&agent, "dr", "doomed", 0).as_str() {
+            "STOPPED" => Ok(()),
+            other => Err(other.to_owned()),
+        }
+    });
+    let first_absent = first_absent.expect("the pending deletion was shown before it was acted on");
+    assert!(
+        stopped_at >= first_absent + CONFIRM_MS,
+        "stopped {} ms after Kafka first answered the topic absent, inside the {CONFIRM_MS} ms window",
+        stopped_at - first_absent
+    );
+    assert!(rounds >= 2, "rounds shown pending: {rounds}");
+    assert!(
+        brokers >= 2,
+        "Kafka has three brokers: the absence is confirmed by more than one ({brokers})"
+    );
+    // The data stays, served, closed by the failover marker.
+    let after = common::source_partition_log(&ours, "doomed", 0, DEADLINE);
+    assert_eq!(after.batches[..before.batches.len()], before.batches[..]);
+    assert_eq!(after.batches.len(), before.batches.len() + 1, "one MIRROR_PID_RESET");
+    // The other topic mirrors on.
+    produce("outlives", &["--count", "10"]);
+    wait_caught_up(&agent, "outlives", 1);
+    assert_eq!(common::partition_state(&agent, "dr", "outlives", 0), "MIRRORING");
+    agent.stop().expect("clean stop");
 }

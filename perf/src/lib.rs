@@ -4,12 +4,17 @@
 //! * [`synthetic_source`] serves them over the Kafka protocol on 127.0.0.1,
 //!   either all at once (fixed dataset) or appended at a steady rate, cheaply
 //!   enough that the source is never the bottleneck.
+//! * [`log_files`] lists a partition directory's segments, to compare logs.
 //! * [`procstat`] reads a process's CPU time and page faults from `/proc`.
 //!
-//! The binaries are `synthetic-source` (the source alone) and `perf-mirror`
+//! The binaries are `synthetic-source` (the source alone), `perf-mirror`
 //! (the harness: fetch-and-discard, mirroring, the rdkafka baseline, lag,
-//! and consumers reading from the agent's listener, the source and the mock).
+//! and consumers reading from the agent's listener, the source and the mock)
+//! and `perf-kafka` (ringmirror beside a Kafka follower broker, MirrorMaker 2
+//! and the rdkafka baseline, all copying from one Apache Kafka cluster that
+//! `ringmirror-kafka-harness` starts).
 
 pub mod dataset;
+pub mod log_files;
 pub mod procstat;
 pub mod synthetic_source;

@@ -21,6 +21,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader, Respo
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use ringmirror_dataplane::batch::{BatchIter, Record, RecordBatch};
 use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
+pub use ringmirror_kafka_harness::ChildGuard;
 use serde_json::Value;
 
 pub mod kafka;
@@ -827,103 +828,6 @@ pub fn scan_partition_dir(dir: &Path) -> DiskScan {
     scan
 }
 
-// ---------------------------------------------------------------------------
-// Child processes
-// ---------------------------------------------------------------------------
-
-/// A child process that is killed (SIGKILL) and reaped when dropped, so a
-/// failing test never leaves it running (see also [`ChildGuard::spawn`]).
-pub struct ChildGuard {
-    child: Option<std::process::Child>,
-    what: String,
-}
-
-impl ChildGuard {
-    /// Spawns `command` so that it is SIGKILLed when the spawning thread
-    /// ends — even if this test process is killed and never runs `Drop`.
-    pub fn spawn(command: &mut Command, what: impl Into<String>) -> std::io::Result<Self> {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
-        Ok(Self::new(command.spawn()?, what))
-    }
-
-    pub fn new(child: std::process::Child, what: impl Into<String>) -> Self {
-        Self {
-            child: Some(child),
-            what: what.into(),
-        }
-    }
-
-    pub fn child(&mut self) -> &mut std::process::Child {
-        self.child.as_mut().expect("child not yet reaped")
-    }
-
-    pub fn id(&self) -> u32 {
-        self.child.as_ref().expect("child not yet reaped").id()
-    }
-
-    /// Sends `signal` (e.g. `libc::SIGTERM`).
-    pub fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) with the pid of our own, not yet reaped child.
-        let rc = unsafe { libc::kill(self.id() as libc::pid_t, signal) };
-        assert_eq!(
-            rc,
-            0,
-            "kill({}, {signal}) of {}: {}",
-            self.id(),
-            self.what,
-            std::io::Error::last_os_error()
-        );
-    }
-
-    /// Waits up to `timeout` for the child to exit; `None` if it did not.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child().try_wait().expect("wait for child") {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// SIGKILL, and reap it.
-    pub fn kill(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("child not yet reaped");
-        let _ = child.kill();
-        child.wait().expect("reap killed child")
-    }
-
-    /// Whether the child is still running.
-    pub fn is_running(&mut self) -> bool {
-        self.child().try_wait().expect("wait for child").is_none()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Ok(None) = child.try_wait() {
-                eprintln!("killing {} (pid {})", self.what, child.id());
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// The source's (log start offset, high watermark) of `topic`-`partition`,
 /// from a Fetch far past the end of its leader: librdkafka's mock cluster
 /// answers OFFSET_OUT_OF_RANGE with both filled in and no records (a Kafka
@@ -1503,4 +1407,31 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("after 1970")
         .as_millis() as u64
+}
+
+/// The topic id (UUID string) the broker at `addr` gives `topic` (Metadata v12).
+pub fn topic_id(addr: &str, topic: &str, deadline: Duration) -> String {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    let request = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+        TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into())),
+    ))]));
+    let response: MetadataResponse = KafkaConnection::connect(addr, deadline)
+        .expect("connect")
+        .request(ApiKey::Metadata as i16, 12, &request)
+        .expect("Metadata");
+    response.topics[0].topic_id.to_string()
+}
+
+/// The state of `topic`-`partition` of `mirror` as the coordinator reports
+/// it, or "absent".
+pub fn partition_state(agent: &ringmirror::agent::Agent, mirror: &str, topic: &str, partition: i32) -> String {
+    use ringmirror_control::admin::{AdminAnswer, AdminRequest};
+    match agent.admin(AdminRequest::Status).expect("status") {
+        AdminAnswer::Status { partitions } => partitions
+            .into_iter()
+            .find(|p| p.mirror == mirror && p.topic == topic && p.partition == partition)
+            .map_or_else(|| "absent".into(), |p| p.state),
+        other => panic!("status answered {other:?}"),
+    }
 }

@@ -3,7 +3,6 @@
 //! peer: a process on loopback with in-memory storage, and the librdkafka
 //! admin and producer calls the tests make at it.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +12,10 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+// Not every test binary that compiles this module asks for a free address.
+#[allow(unused_imports)]
+pub use ringmirror_kafka_harness::free_addr;
 
 use super::{ChildGuard, KafkaConnection};
 
@@ -113,12 +116,6 @@ impl Tansu {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
-}
-
-/// A free loopback address (the port is released for tansu to bind).
-pub fn free_addr() -> String {
-    let probe = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    probe.local_addr().expect("its address").to_string()
 }
 
 pub fn admin_client(bootstrap: &str) -> AdminClient<DefaultClientContext> {

@@ -21,6 +21,7 @@ use kafka_protocol::protocol::Decodable;
 use super::groups::api::GroupRequest;
 use super::sasl::SaslRequest;
 use crate::wire::describe_cluster_mirrors::{self, DescribeClusterMirrorsRequest};
+use crate::wire::share_group_offsets;
 
 /// An API we serve, with Kafka's key as its value (`api as i16`). It is
 /// not [`ApiKey`] because `kafka-protocol` does not know every API we serve
@@ -132,7 +133,11 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::DeleteGroups, 0, 2),
     // Share groups' start offsets and description only (no share consumers).
     (ServedApi::ShareGroupDescribe, 1, 1),
-    (ServedApi::DescribeShareGroupOffsets, 0, 0),
+    (
+        ServedApi::DescribeShareGroupOffsets,
+        0,
+        share_group_offsets::MAX_VERSION,
+    ),
     (ServedApi::AlterShareGroupOffsets, 0, 0),
     (ServedApi::DeleteShareGroupOffsets, 0, 0),
     // Advertised on every listener, as Kafka does (see `serve::sasl`).
@@ -302,8 +307,9 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::ShareGroupDescribe => Request::Group(GroupRequest::ShareGroupDescribe(
             decode(body, version).map_err(malformed)?,
         )),
+        // v1 (KIP-1226) changed only the response: its request is v0's.
         ApiKey::DescribeShareGroupOffsets => Request::Group(GroupRequest::DescribeShareGroupOffsets(
-            decode(body, version).map_err(malformed)?,
+            decode(body, 0).map_err(malformed)?,
         )),
         ApiKey::AlterShareGroupOffsets => Request::Group(GroupRequest::AlterShareGroupOffsets(
             decode(body, version).map_err(malformed)?,
@@ -474,7 +480,11 @@ mod tests {
             ServedApi::DeleteGroups => frame(api, version, &km::DeleteGroupsRequest::default()),
             ServedApi::ShareGroupDescribe => frame(api, version, &km::ShareGroupDescribeRequest::default()),
             ServedApi::DescribeShareGroupOffsets => {
-                frame(api, version, &km::DescribeShareGroupOffsetsRequest::default())
+                let mut buf = header(api, version);
+                km::DescribeShareGroupOffsetsRequest::default()
+                    .encode(&mut buf, 0)
+                    .unwrap();
+                buf.freeze()
             }
             ServedApi::AlterShareGroupOffsets => frame(api, version, &km::AlterShareGroupOffsetsRequest::default()),
             ServedApi::DeleteShareGroupOffsets => frame(api, version, &km::DeleteShareGroupOffsetsRequest::default()),

@@ -79,12 +79,13 @@
 
 use bytes::BufMut;
 
+pub use super::compact::EncodeError;
+use super::compact::{MAX_STRING_LEN, write_array, write_nullable_string, write_string, write_uvarint};
+
 /// Kafka's key for `DescribeClusterMirrors`.
 pub const API_KEY: i16 = 99;
 /// The only version: 0.
 pub const VERSION: i16 = 0;
-/// Kafka refuses longer strings (`0x7fff`), compact ones included.
-const MAX_STRING_LEN: usize = i16::MAX as usize;
 /// The most bytes an unsigned varint of 32 bits takes.
 const MAX_UVARINT_LEN: usize = 5;
 /// Smallest encodings, for checking counts against the bytes left: an
@@ -192,16 +193,6 @@ pub enum DecodeError {
         position: usize,
         reason: &'static str,
     },
-}
-
-/// A value the protocol cannot carry (we refuse to write a frame a peer
-/// would reject).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} has {len} elements or bytes, more than the protocol allows ({max})")]
-pub struct EncodeError {
-    pub field: &'static str,
-    pub len: usize,
-    pub max: usize,
 }
 
 impl DescribeClusterMirrorsRequest {
@@ -390,61 +381,6 @@ fn read_partition(r: &mut Reader<'_>) -> Result<DescribedPartition, DecodeError>
     };
     r.tagged_fields("partitions[]._tagged_fields", |_, _| Ok(()))?;
     Ok(partition)
-}
-
-fn write_uvarint<B: BufMut>(buf: &mut B, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
-}
-
-/// A compact length: `len + 1`, or 0 for null.
-fn write_compact_len<B: BufMut>(buf: &mut B, field: &'static str, len: Option<usize>) -> Result<(), EncodeError> {
-    let encoded = match len {
-        None => 0,
-        Some(len) => u32::try_from(len)
-            .ok()
-            .and_then(|l| l.checked_add(1))
-            .ok_or(EncodeError {
-                field,
-                len,
-                max: u32::MAX as usize - 1,
-            })?,
-    };
-    write_uvarint(buf, encoded);
-    Ok(())
-}
-
-fn write_nullable_string<B: BufMut>(buf: &mut B, field: &'static str, s: Option<&str>) -> Result<(), EncodeError> {
-    match s {
-        None => write_compact_len(buf, field, None),
-        Some(s) => write_string(buf, field, s),
-    }
-}
-
-fn write_string<B: BufMut>(buf: &mut B, field: &'static str, s: &str) -> Result<(), EncodeError> {
-    if s.len() > MAX_STRING_LEN {
-        return Err(EncodeError {
-            field,
-            len: s.len(),
-            max: MAX_STRING_LEN,
-        });
-    }
-    write_compact_len(buf, field, Some(s.len()))?;
-    buf.put_slice(s.as_bytes());
-    Ok(())
-}
-
-fn write_array<B: BufMut, T>(
-    buf: &mut B,
-    field: &'static str,
-    items: &[T],
-    mut write: impl FnMut(&mut B, &T) -> Result<(), EncodeError>,
-) -> Result<(), EncodeError> {
-    write_compact_len(buf, field, Some(items.len()))?;
-    items.iter().try_for_each(|item| write(buf, item))
 }
 
 /// A tagged-field section being built: each field's bytes are encoded

@@ -91,6 +91,7 @@ use ringmirror_dataplane::fetch::fetch_source_metadata;
 use ringmirror_dataplane::serve::AcceptMode;
 use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
 use ringmirror_perf::dataset::{Dataset, DatasetSpec};
+use ringmirror_perf::log_files::log_files;
 use ringmirror_perf::procstat::{self, ProcStat};
 use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};
 
@@ -260,6 +261,9 @@ struct RdkafkaArgs {
     /// Re-produce every record into this topic.
     #[arg(long)]
     produce_to: Option<String>,
+    /// The bootstrap servers of --produce-to's cluster (default: --addr).
+    #[arg(long)]
+    produce_addr: Option<String>,
     #[arg(long)]
     fetch_max_wait_ms: u64,
     #[arg(long)]
@@ -878,7 +882,7 @@ fn child_rdkafka(a: &RdkafkaArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|_| {
             ClientConfig::new()
-                .set("bootstrap.servers", &a.addr)
+                .set("bootstrap.servers", a.produce_addr.as_ref().unwrap_or(&a.addr))
                 .set("linger.ms", "5")
                 .set("acks", "all")
                 .set("queue.buffering.max.kbytes", "1048576")
@@ -1807,12 +1811,7 @@ fn free_bytes(path: &Path) -> anyhow::Result<u64> {
 fn verify_mirror(data_dir: &Path, dataset: &Dataset) -> anyhow::Result<()> {
     for (p, part) in dataset.partitions.iter().enumerate() {
         let dir = data_dir.join(format!("{TOPIC}-{p}"));
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .with_context(|| format!("read {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|x| x == "log"))
-            .collect();
-        logs.sort();
+        let logs = log_files(&dir)?;
         let mut at = 0usize;
         for log in &logs {
             let bytes = std::fs::read(log)?;

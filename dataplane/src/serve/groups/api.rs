@@ -9,7 +9,7 @@
 //! (start offsets only; see the module documentation of [`super`]).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -50,10 +50,13 @@ use super::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
     Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
+use crate::log::{PartitionLog, TopicPartition};
 use crate::serve::acls::{AclOperation, ResourceType};
 use crate::serve::catalog::Catalog;
 use crate::serve::listener::ClientConnection;
-use crate::serve::registry::{Registry, ShardAccess};
+use crate::serve::registry::{Registry, ServedPartition, ShardAccess};
+use crate::serve::request::ServedApi;
+use crate::wire::share_group_offsets;
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -587,8 +590,23 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                         }),
                 );
             }
-            conn.respond(ApiKey::DescribeShareGroupOffsets, version, id, &body)
-                .await
+            let lags = if version >= 1 {
+                share_lags(&conn.access, &catalog, &body).await
+            } else {
+                HashMap::new()
+            };
+            let lag = |topic: &str, p: &DescribeShareGroupOffsetsResponsePartition| {
+                let known = (p.error_code == NONE && p.start_offset >= 0)
+                    .then(|| lags.get(&(topic.to_owned(), p.partition_index)))
+                    .flatten();
+                known.map_or(share_group_offsets::LAG_UNKNOWN, |&high_watermark| {
+                    (high_watermark - p.start_offset).max(0)
+                })
+            };
+            conn.respond_encoded(ServedApi::DescribeShareGroupOffsets, version, id, |buf| {
+                share_group_offsets::encode_response(&body, version, lag, buf).map_err(|e| e.to_string())
+            })
+            .await
         }
         GroupRequest::AlterShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
@@ -1190,6 +1208,49 @@ async fn describe_share_group_offsets(
         groups.push(out.with_topics(topics));
     }
     DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+/// The high watermark of every partition a DescribeShareGroupOffsets
+/// answer gives a start offset for, asked of the partitions' shards: its
+/// v1 lag is the high watermark less the start offset. Kafka subtracts
+/// too the records above the start offset already acknowledged or
+/// archived (`SharePartition.deliveryCompleteCount`); a share group here
+/// holds start offsets only (no in-flight delivery state is mirrored, and
+/// no share consumer runs here), so that count is 0.
+async fn share_lags(
+    access: &ShardAccess,
+    catalog: &Catalog,
+    body: &DescribeShareGroupOffsetsResponse,
+) -> HashMap<(String, i32), i64> {
+    let mut items = Vec::new();
+    for t in body.groups.iter().flat_map(|g| &g.topics) {
+        let Some(entry) = catalog.topic(&t.topic_name.0) else {
+            continue;
+        };
+        for p in t
+            .partitions
+            .iter()
+            .filter(|p| p.error_code == NONE && p.start_offset >= 0)
+        {
+            if let Some(served) = entry.partitions.get(&p.partition_index) {
+                items.push((
+                    served.shard,
+                    TopicPartition::new(entry.name.clone(), p.partition_index),
+                    (),
+                ));
+            }
+        }
+    }
+    let marks = access.query(items.clone(), high_watermark).await;
+    items
+        .into_iter()
+        .zip(marks)
+        .filter_map(|((_, tp, ()), mark)| Some(((tp.topic, tp.partition), mark?)))
+        .collect()
+}
+
+fn high_watermark(_: &ServedPartition, log: &PartitionLog, _: &()) -> i64 {
+    log.log_end_offset()
 }
 
 /// AlterShareGroupOffsets (v0): partitions this agent does not serve get

@@ -1,12 +1,15 @@
-//! Apache Kafka as a test peer: a KRaft cluster on loopback (one controller
-//! and some brokers, each its own JVM with a small heap, formatted with
-//! Kafka's StorageTool), Kafka's CLI tools, and the Java test driver
-//! (`tests/kafka/src/main/java`, Kafka's own client library) — all from the
-//! classpath `scripts/setup.sh` resolves from Maven Central into
-//! `tests/kafka/target/`.
+//! Apache Kafka as a peer, for the integration tests and `perf/`: a KRaft
+//! cluster on loopback (one controller and some brokers, each its own JVM
+//! with a small heap, formatted with Kafka's StorageTool), Kafka's CLI tools,
+//! and the Java test driver (`tests/kafka/src/main/java`, Kafka's own client
+//! library) — all from the classpath `scripts/setup.sh` resolves from Maven
+//! Central into `tests/kafka/target/`.
+//!
+//! This crate only starts and drives Kafka processes; it knows nothing of
+//! ringmirror (no dependency on the agent's crates).
 //!
 //! A cluster is stopped (every JVM SIGKILLed) when it is dropped, and in any
-//! case when the test process ends: its JVMs are spawned by one thread that
+//! case when the process ends: its JVMs are spawned by one thread that
 //! lives as long as the process, with `PR_SET_PDEATHSIG`, so a cluster shared
 //! by a test binary's tests outlives each test but never the binary.
 
@@ -17,23 +20,27 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::ChildGuard;
-use super::tansu::free_addr;
+mod process;
+
+pub use process::{ChildGuard, free_addr};
 
 /// Bounds a cluster's start (every broker answering and registered).
 const START_DEADLINE: Duration = Duration::from_secs(90);
 /// Bounds one run of a tool or of the driver.
 const TOOL_DEADLINE: Duration = Duration::from_secs(120);
 /// The heap of each broker and controller JVM: small, several fit here.
-const BROKER_HEAP: &str = "-Xmx320m";
+pub const BROKER_HEAP: &str = "-Xmx320m";
 /// The heap of a tool's or the driver's JVM.
 const TOOL_HEAP: &str = "-Xmx192m";
 /// The Kafka release `tests/kafka/pom.xml` resolves.
 pub const KAFKA_VERSION: &str = "4.3.1";
 
-/// `tests/kafka/` of this checkout.
+/// `tests/kafka/` of this checkout (next to this crate's directory).
 fn kafka_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("kafka")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("tests")
+        .join("kafka")
 }
 
 /// The driver's classes and Kafka's jars, as `scripts/setup.sh` left them.
@@ -54,13 +61,33 @@ pub fn classpath() -> String {
         .clone()
 }
 
-/// A `java` command on Kafka's classpath with `heap`, quiet logging and
-/// quick start-up settings, running `main_class`.
-fn java(main_class: &str, heap: &str) -> Command {
+/// The JVM settings of the tests' processes: quick to start (C1 only,
+/// SerialGC), slower to run.
+pub const QUICK_JVM_FLAGS: &[&str] = &["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"];
+
+/// The JVM settings Kafka's own scripts run brokers and tools with
+/// (`KAFKA_JVM_PERFORMANCE_OPTS` in `kafka-run-class.sh`): for measurements.
+pub const KAFKA_JVM_FLAGS: &[&str] = &[
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+];
+
+/// A `java` command on Kafka's classpath with `heap` (e.g. `-Xmx320m`),
+/// quiet logging and [`QUICK_JVM_FLAGS`], running `main_class`.
+pub fn java(main_class: &str, heap: &str) -> Command {
+    java_with(main_class, heap, QUICK_JVM_FLAGS)
+}
+
+/// [`java`] with other JVM `flags` (e.g. [`KAFKA_JVM_FLAGS`]).
+pub fn java_with(main_class: &str, heap: &str, flags: &[&str]) -> Command {
     let mut command = Command::new("java");
     command
         .arg(heap)
-        .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"])
+        .args(flags)
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
             kafka_dir().join("log4j2.properties").display()
@@ -149,6 +176,8 @@ pub struct KafkaClusterSpec {
     /// (SCRAM credentials in the bootstrap metadata).
     pub scram: Vec<String>,
     pub cluster_id: String,
+    /// The JVM settings of every node ([`QUICK_JVM_FLAGS`] unless changed).
+    pub jvm_flags: &'static [&'static str],
 }
 
 impl Default for KafkaClusterSpec {
@@ -160,6 +189,7 @@ impl Default for KafkaClusterSpec {
             listeners: Vec::new(),
             scram: Vec::new(),
             cluster_id: DEFAULT_CLUSTER_ID.to_owned(),
+            jvm_flags: QUICK_JVM_FLAGS,
         }
     }
 }
@@ -218,6 +248,7 @@ pub struct KafkaCluster {
     /// Every broker's address, comma-separated.
     pub bootstrap: String,
     pub cluster_id: String,
+    jvm_flags: &'static [&'static str],
 }
 
 impl KafkaCluster {
@@ -310,6 +341,7 @@ impl KafkaCluster {
             brokers,
             bootstrap,
             cluster_id,
+            jvm_flags: spec.jvm_flags,
         };
         cluster.launch(&cluster.controller);
         for b in &cluster.brokers {
@@ -355,7 +387,7 @@ impl KafkaCluster {
             .append(true)
             .open(&n.log_file)
             .expect("kafka log file");
-        let mut command = java("kafka.Kafka", BROKER_HEAP);
+        let mut command = java_with("kafka.Kafka", BROKER_HEAP, self.jvm_flags);
         command
             .arg(&n.properties)
             .stdout(log.try_clone().expect("kafka log file"))
@@ -371,6 +403,17 @@ impl KafkaCluster {
 
     pub fn broker_addr(&self, id: i32) -> &str {
         &self.node(id).addr
+    }
+
+    /// The process id of node `id`'s JVM (1: the controller), while it runs
+    /// (for reading its CPU time from `/proc`).
+    pub fn pid(&self, id: i32) -> Option<u32> {
+        self.node(id)
+            .process
+            .lock()
+            .expect("node lock")
+            .as_ref()
+            .map(ChildGuard::id)
     }
 
     /// Every broker's address on the spec's listener `name`, comma-separated.
@@ -450,17 +493,10 @@ impl KafkaCluster {
 
     /// The broker ids a Metadata answer lists (from any broker that answers).
     fn registered_brokers(&self) -> Vec<i32> {
-        use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
-        for b in &self.brokers {
-            let Ok(mut conn) = super::KafkaConnection::connect(&b.addr, Duration::from_secs(2)) else {
-                continue;
-            };
-            let request = MetadataRequest::default().with_topics(Some(Vec::new()));
-            if let Ok(answer) = conn.request::<_, MetadataResponse>(ApiKey::Metadata as i16, 12, &request) {
-                return answer.brokers.iter().map(|b| b.node_id.0).collect();
-            }
-        }
-        Vec::new()
+        self.brokers
+            .iter()
+            .find_map(|b| process::metadata_broker_ids(&b.addr, Duration::from_secs(2)).ok())
+            .unwrap_or_default()
     }
 
     /// The last lines of every node's log, for failure messages.
@@ -545,41 +581,6 @@ fn spawn_for_process_lifetime(command: Command, what: String) -> ChildGuard {
         .recv()
         .expect("spawner answered")
         .unwrap_or_else(|e| panic!("start {what}: {e}"))
-}
-
-/// An in-process agent serving on loopback and mirroring `topics` from
-/// `bootstrap` as mirror "dr" with quick fetch and metadata settings;
-/// `listener`, `log` and `mirror` are TOML lines added to the `[listener]`,
-/// `[log]` and `[[mirror]]` tables.
-pub fn mirror_agent(
-    data_dir: &Path,
-    bootstrap: &str,
-    topics: &[&str],
-    listener: &str,
-    log: &str,
-    mirror: &str,
-) -> ringmirror::agent::Agent {
-    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
-    let config = ringmirror::config::AgentConfig::parse(&format!(
-        r#"
-        data_dir = {data_dir:?}
-        shards = 2
-        [listener]
-        address = "127.0.0.1:0"
-        {listener}
-        [log]
-        {log}
-        [[mirror]]
-        name = "dr"
-        bootstrap_servers = [{bootstrap:?}]
-        topics = [{topics}]
-        fetch_max_wait_ms = 50
-        metadata_refresh_interval_ms = 1000
-        {mirror}
-        "#
-    ))
-    .expect("agent config");
-    ringmirror::agent::Agent::start(config).expect("agent")
 }
 
 /// A broker [`KafkaCluster::stop_broker`] or [`KafkaCluster::kill_broker`]

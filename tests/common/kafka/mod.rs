@@ -1,0 +1,45 @@
+//! Apache Kafka as a test peer: the KRaft cluster, Kafka's tools and the
+//! Java driver come from the `ringmirror-kafka-harness` crate (shared with
+//! `perf/`); this module re-exports it and adds what the tests need that
+//! depends on the agent.
+
+use std::path::Path;
+
+// Test binaries that do not start Kafka compile this module too.
+#[allow(unused_imports)]
+pub use ringmirror_kafka_harness::*;
+
+/// An in-process agent serving on loopback and mirroring `topics` from
+/// `bootstrap` as mirror "dr" with quick fetch and metadata settings;
+/// `listener`, `log` and `mirror` are TOML lines added to the `[listener]`,
+/// `[log]` and `[[mirror]]` tables.
+pub fn mirror_agent(
+    data_dir: &Path,
+    bootstrap: &str,
+    topics: &[&str],
+    listener: &str,
+    log: &str,
+    mirror: &str,
+) -> ringmirror::agent::Agent {
+    let topics = topics.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    let config = ringmirror::config::AgentConfig::parse(&format!(
+        r#"
+        data_dir = {data_dir:?}
+        shards = 2
+        [listener]
+        address = "127.0.0.1:0"
+        {listener}
+        [log]
+        {log}
+        [[mirror]]
+        name = "dr"
+        bootstrap_servers = [{bootstrap:?}]
+        topics = [{topics}]
+        fetch_max_wait_ms = 50
+        metadata_refresh_interval_ms = 1000
+        {mirror}
+        "#
+    ))
+    .expect("agent config");
+    ringmirror::agent::Agent::start(config).expect("agent")
+}
