@@ -20,9 +20,9 @@ use ringmirror_dataplane::serve::{
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 
+use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
-use ringmirror_control::coordinator::{Coordinator, CoordinatorSetup};
-use ringmirror_control::http::{AdminSecurity, AdminServer};
+use ringmirror_control::coordinator::{CoordinatorSetup, MirrorCoordinator};
 use ringmirror_control::state_store::MirrorStateStore;
 
 use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
@@ -62,7 +62,7 @@ pub type EventObserver = Box<dyn Fn(&ShardEvent) + Send>;
 pub struct Agent {
     shards: Vec<ShardHandle>,
     /// Owns the mirrors and their partitions' states.
-    coordinator: Coordinator,
+    coordinator: MirrorCoordinator,
     /// Requests to the coordinator (the admin API's, and this API's).
     admin_calls: async_channel::Sender<AdminCall>,
     admin_server: Option<AdminServer>,
@@ -410,7 +410,7 @@ impl Agent {
         .context("open __mirror_state")?;
         let (admin_calls, calls) = async_channel::bounded::<AdminCall>(64);
         let (first_round_tx, first_round) = std::sync::mpsc::channel();
-        let coordinator = Coordinator::start(
+        let coordinator = MirrorCoordinator::start(
             CoordinatorSetup {
                 store,
                 configured_mirrors: config.mirrors.clone(),

@@ -1,6 +1,6 @@
 //! `ringmirror mirror …`, `ringmirror status` and `ringmirror acls …`: the
 //! operator's CLI over a running agent's admin API (see
-//! `ringmirror_control::http` for the routes).
+//! `ringmirror_control::admin::http` for the routes).
 //!
 //! The client is ureq, blocking: one request per command (or per redraw
 //! with `status --watch`), so nothing here needs an async runtime. An
@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use ringmirror_control::admin::http::AdminToken;
 use ringmirror_control::admin::{
     AclsBody, AdminAnswer, ErrorBody, MirrorAcl, MirrorDescription, MirrorSummary, PartitionView, TopicsBody,
     VerifyBody, VerifyJob,
 };
-use ringmirror_control::http::AdminToken;
 use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::serve::acls::{AclOperation, AclPermissionType, PatternType};
 use rustls::pki_types::CertificateDer;
@@ -448,7 +448,7 @@ impl AdminClient {
         let url = url
             .map(str::to_owned)
             .or_else(|| std::env::var(ADMIN_ENV).ok().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| format!("http://{}", ringmirror_control::http::DEFAULT_ADDRESS));
+            .unwrap_or_else(|| format!("http://{}", ringmirror_control::admin::http::DEFAULT_ADDRESS));
         let base = if url.contains("://") {
             url
         } else {
@@ -539,7 +539,9 @@ fn http_agent(base: &str, roots: &[CertificateDer<'static>]) -> ureq::Agent {
         .http_status_as_error(false)
         .timeout_connect(Some(CONNECT_TIMEOUT))
         // The server gives the coordinator 30 s; leave room for that answer.
-        .timeout_global(Some(ringmirror_control::http::REPLY_TIMEOUT + Duration::from_secs(10)));
+        .timeout_global(Some(
+            ringmirror_control::admin::http::REPLY_TIMEOUT + Duration::from_secs(10),
+        ));
     if base.starts_with("https://") {
         let roots = roots.iter().map(|der| ureq::tls::Certificate::from_der(der).to_owned());
         config = config.tls_config(
@@ -953,7 +955,7 @@ fn describe(d: &MirrorDescription) -> String {
 }
 
 /// A pending deletion (or a sync error) of a mirrored topic, in words.
-fn topic_check(c: &ringmirror_control::deletion::TopicCheck) -> String {
+fn topic_check(c: &ringmirror_control::metadata_sync::deletion::TopicCheck) -> String {
     let brokers = c.brokers.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
     let evidence = if c.by_id { "by name and id" } else { "by name" };
     let pending = format!(
@@ -963,7 +965,7 @@ fn topic_check(c: &ringmirror_control::deletion::TopicCheck) -> String {
     match c.kind.as_str() {
         "sync_error" => format!(
             "sync error: {} at {} (not stopped for it)",
-            ringmirror_control::deletion::error_name(c.error_code.unwrap_or_default()),
+            ringmirror_control::metadata_sync::deletion::error_name(c.error_code.unwrap_or_default()),
             utc_time(c.since_ms)
         ),
         "recreated" => format!(

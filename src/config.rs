@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use ringmirror_control::http::{AdminPrincipals, AdminSecurity, AdminToken};
+use ringmirror_control::admin::http::{AdminPrincipals, AdminSecurity, AdminToken};
 pub use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::log::LogConfig;
 use ringmirror_dataplane::sasl::{Mechanism, Secret};
@@ -282,7 +282,7 @@ pub struct AdminConfig {
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// A file of principals (`User:<name>`) and their tokens' SHA-256
-    /// (`ringmirror_control::admin_auth` has the format): a principal's
+    /// (`ringmirror_control::admin::auth` has the format): a principal's
     /// requests are authorized by the ClusterMirror ACLs. Read at start,
     /// errors naming the file and line. None (the default): no principals.
     #[serde(default)]
@@ -352,7 +352,7 @@ fn server_tls(
 }
 
 fn default_admin_address() -> std::net::SocketAddr {
-    ringmirror_control::http::DEFAULT_ADDRESS
+    ringmirror_control::admin::http::DEFAULT_ADDRESS
         .parse()
         .expect("a valid default address")
 }

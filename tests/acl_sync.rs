@@ -1,6 +1,6 @@
 //! ACLs (issue 6, "ACL create and delete"): the listener's DescribeAcls,
 //! CreateAcls and DeleteAcls at every version it serves, persisted across
-//! a restart; and ACL sync (`ringmirror_control::acl_sync`) run from a
+//! a restart; and ACL sync (`ringmirror_control::metadata_sync::acl_sync`) run from a
 //! glommio executor as the control plane runs it:
 //!
 //! - agent A as the source, agent B (mirroring a topic of A) as the
@@ -28,7 +28,7 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_control::acl_sync::{
+use ringmirror_control::metadata_sync::acl_sync::{
     AclFilterSetting, AclIncludeRule, AclSyncReport, SOURCE_WITHOUT_DESCRIBE_ACLS, sync_acls,
 };
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};

@@ -182,12 +182,12 @@ mod admin {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
+    use ringmirror_control::admin::http::AdminServer;
     use ringmirror_control::admin::{
         AdminAnswer, AdminCall, AdminError, AdminRequest, MirrorDescription, MirrorSummary, PartitionView,
         TopicPartitionName,
     };
-    use ringmirror_control::deletion::TopicCheck;
-    use ringmirror_control::http::AdminServer;
+    use ringmirror_control::metadata_sync::deletion::TopicCheck;
     use ringmirror_control::mirror::MirrorConfig;
 
     use super::ringmirror;

@@ -32,7 +32,7 @@ use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorMetrics};
-use ringmirror_control::deletion::TopicCheck;
+use ringmirror_control::metadata_sync::deletion::TopicCheck;
 use ringmirror_dataplane::log::TopicPartition;
 
 use common::metadata_proxy::{MetadataProxy, Rule};
@@ -85,7 +85,7 @@ fn mirror_metrics(agent: &Agent) -> MirrorMetrics {
 
 fn metrics_text(agent: &Agent) -> String {
     match agent.admin(AdminRequest::Metrics).expect("metrics") {
-        AdminAnswer::Metrics { metrics } => ringmirror_control::metrics::render(&metrics),
+        AdminAnswer::Metrics { metrics } => ringmirror_control::admin::metrics::render(&metrics),
         other => panic!("{other:?}"),
     }
 }

@@ -1,4 +1,4 @@
-//! Consumer-group offset sync (`ringmirror_control::group_sync`, issue 6)
+//! Consumer-group offset sync (`ringmirror_control::metadata_sync::groups`, issue 6)
 //! against real peers, run from a glommio executor as the control plane
 //! runs it:
 //!
@@ -32,7 +32,7 @@ use rdkafka::mocking::{MockCluster, MockCoordinator};
 use rdkafka::{Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_control::group_sync::{GroupFilter, GroupOutcome};
+use ringmirror_control::metadata_sync::groups::{GroupFilter, GroupOutcome};
 use ringmirror_dataplane::log::TopicPartition;
 
 use common::KafkaConnection;

@@ -1,4 +1,4 @@
-//! Share-group start-offset sync (`ringmirror_control::group_sync`, issue 6)
+//! Share-group start-offset sync (`ringmirror_control::metadata_sync::groups`, issue 6)
 //! between real peers, and our listener's share-group admin APIs
 //! (DescribeShareGroupOffsets, AlterShareGroupOffsets,
 //! DeleteShareGroupOffsets, ShareGroupDescribe, ListGroups types) over the
@@ -47,7 +47,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::AdminRequest;
-use ringmirror_control::group_sync::{CONSUMER_GROUP, GroupFilter, GroupOutcome, SHARE_GROUP};
+use ringmirror_control::metadata_sync::groups::{CONSUMER_GROUP, GroupFilter, GroupOutcome, SHARE_GROUP};
 use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 

@@ -274,7 +274,7 @@ fn pause_and_stop_of_many_partitions_are_acknowledged_while_telemetry_overflows(
     });
     assert_eq!(shard_events(&agent).state_queued, 0);
     let text = match agent.admin(AdminRequest::Metrics) {
-        Ok(AdminAnswer::Metrics { metrics }) => ringmirror_control::metrics::render(&metrics),
+        Ok(AdminAnswer::Metrics { metrics }) => ringmirror_control::admin::metrics::render(&metrics),
         other => panic!("metrics answered {other:?}"),
     };
     let line = text

@@ -1,4 +1,4 @@
-//! Topic config sync (`ringmirror_control::topic_config_sync`, issue 6) end
+//! Topic config sync (`ringmirror_control::metadata_sync::topic_config_sync`, issue 6) end
 //! to end, run as the control plane runs it but without the coordinator
 //! (which calls the same functions each metadata round):
 //!
@@ -33,10 +33,10 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::mocking::MockCluster;
-use ringmirror_control::state_store::{MirrorStateStore, TopicConfigKey, TopicConfigRecord};
-use ringmirror_control::topic_config_sync::{
+use ringmirror_control::metadata_sync::topic_config_sync::{
     EXCLUDED_CONFIGS, TopicConfigs, diff, excluded, fetch_topic_configs, fetch_topic_configs_report,
 };
+use ringmirror_control::state_store::{MirrorStateStore, TopicConfigKey, TopicConfigRecord};
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::{ShardEventCounts, ShardEventReceiver, event_queue};
 use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};

@@ -36,7 +36,7 @@ pub struct MirrorConfig {
     /// ACL bindings synced from the source (rules; default every topic and
     /// group ACL; `[]`: none).
     #[serde(default, alias = "mirror_acls_include")]
-    pub acls_include: crate::acl_sync::AclFilterSetting,
+    pub acls_include: crate::metadata_sync::acl_sync::AclFilterSetting,
     #[serde(default = "default_fetch_max_bytes")]
     pub fetch_max_bytes: i32,
     #[serde(default = "default_fetch_partition_max_bytes", alias = "max_partition_fetch_bytes")]
@@ -346,8 +346,8 @@ impl MirrorConfig {
     }
 
     /// Which consumer groups' offsets are synced.
-    pub fn group_filter(&self) -> Result<crate::group_sync::GroupFilter, regex::Error> {
-        crate::group_sync::GroupFilter::new(
+    pub fn group_filter(&self) -> Result<crate::metadata_sync::groups::GroupFilter, regex::Error> {
+        crate::metadata_sync::groups::GroupFilter::new(
             std::iter::empty::<String>(),
             Some(&self.groups_include),
             self.groups_exclude.as_deref(),
@@ -355,8 +355,8 @@ impl MirrorConfig {
     }
 
     /// How much evidence a deletion at the source needs.
-    pub fn deletion_policy(&self) -> crate::deletion::ConfirmPolicy {
-        crate::deletion::ConfirmPolicy {
+    pub fn deletion_policy(&self) -> crate::metadata_sync::deletion::ConfirmPolicy {
+        crate::metadata_sync::deletion::ConfirmPolicy {
             rounds_min: self.topic_deletion_confirm_rounds,
             confirm: std::time::Duration::from_millis(self.topic_deletion_confirm_ms),
         }

@@ -1162,15 +1162,15 @@ impl Drop for LiveConsumer {
 /// Bounds every socket operation of [`admin_commit`] and [`sync_groups`].
 const GROUP_SYNC_IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One group sync round (`ringmirror_control::group_sync`) from `source`
+/// One group sync round (`ringmirror_control::metadata_sync::groups`) from `source`
 /// (its first address) into the agent at `destination`, for the `mirrored`
 /// partitions, as the control plane runs it.
 pub fn sync_groups(
     source: &str,
     destination: &str,
     mirrored: BTreeSet<(String, i32)>,
-    filter: &ringmirror_control::group_sync::GroupFilter,
-) -> ringmirror_control::group_sync::GroupSyncReport {
+    filter: &ringmirror_control::metadata_sync::groups::GroupFilter,
+) -> ringmirror_control::metadata_sync::groups::GroupSyncReport {
     use ringmirror_dataplane::client::{Connection, ConnectionOptions};
     let source = source.split(',').next().expect("an address").to_owned();
     let destination = destination.to_owned();
@@ -1184,7 +1184,7 @@ pub fn sync_groups(
         };
         let mut source = Connection::connect(&source, options.clone()).await.expect("source");
         let mut destination = Connection::connect(&destination, options).await.expect("destination");
-        ringmirror_control::group_sync::sync_group_offsets(&mut source, &mut destination, &mirrored, &filter)
+        ringmirror_control::metadata_sync::groups::sync_group_offsets(&mut source, &mut destination, &mirrored, &filter)
             .await
             .expect("sync")
     })
@@ -1192,9 +1192,9 @@ pub fn sync_groups(
 
 /// (committed, unchanged) of a group `report` says was synced, none
 /// refused.
-pub fn synced(report: &ringmirror_control::group_sync::GroupSyncReport, group: &str) -> (usize, usize) {
+pub fn synced(report: &ringmirror_control::metadata_sync::groups::GroupSyncReport, group: &str) -> (usize, usize) {
     match report.outcome(group) {
-        Some(ringmirror_control::group_sync::GroupOutcome::Synced {
+        Some(ringmirror_control::metadata_sync::groups::GroupOutcome::Synced {
             committed,
             unchanged,
             refused,

@@ -44,9 +44,9 @@
 //! error codes (per creation, per deletion, or for a whole listing) are in
 //! the report.
 //!
-//! Our listener stores and serves ACLs but does not enforce them yet (it
-//! has no authentication: every client is `User:ANONYMOUS`); see
-//! `ringmirror_dataplane::serve::acls`.
+//! Our listener stores and serves the ACLs (`ringmirror_dataplane::serve::acls`)
+//! and enforces them with `authorizer = "acl"`, for the principals its SASL
+//! authentication establishes (`ringmirror_dataplane::serve::authorizer`).
 
 use std::collections::BTreeSet;
 

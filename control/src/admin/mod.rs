@@ -5,11 +5,26 @@
 //! coordinator as [`AdminCall`]s over a channel; state changes are
 //! asynchronous, so an accepted change answers at once with the partitions
 //! it moved and the states show the progress.
+//!
+//! The admin API's parts, beside this vocabulary:
+//!
+//! * [`http`] — the admin API server (HTTP/JSON), which hands requests to
+//!   the coordinator as [`AdminCall`]s.
+//! * [`auth`] — who may use the admin API: bearer tokens to callers (the
+//!   admin token, principals), ClusterMirror ACLs per route and mirror.
+//! * [`tls`] — the admin API's listener, in clear or HTTPS.
+//! * [`metrics`] — `/metrics`: a [`MetricsSnapshot`] in Prometheus' text
+//!   format.
 
 use ringmirror_dataplane::serve::acls::{
     AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType, WILDCARD,
 };
 use serde::{Deserialize, Serialize};
+
+pub mod auth;
+pub mod http;
+pub mod metrics;
+pub mod tls;
 
 use crate::mirror::MirrorConfig;
 use crate::state::InvalidTransition;
@@ -239,7 +254,7 @@ pub struct MirrorDescription {
     /// before they are stopped ("absent since …, round k of n"), recreated
     /// ones, and topics the source refuses to describe (sync errors).
     #[serde(default)]
-    pub topic_checks: Vec<crate::deletion::TopicCheck>,
+    pub topic_checks: Vec<crate::metadata_sync::deletion::TopicCheck>,
     /// The last consumer group offset sync, and what it did per group.
     #[serde(default)]
     pub groups_synced_ms: Option<u64>,
