@@ -299,8 +299,8 @@ public final class Driver {
      * Reads {@code --topic} from the beginning (or from committed offsets with
      * {@code --group G --committed}) at {@code --isolation
      * read_committed|read_uncommitted} until {@code --max} records or
-     * {@code --idle-ms} without a record; {@code --commit} commits what was
-     * read (with {@code --group}).
+     * {@code --idle-ms} without a record once it has partitions assigned;
+     * {@code --commit} commits what was read (with {@code --group}).
      */
     private void consume() throws Exception {
         Properties p = common();
@@ -336,7 +336,13 @@ public final class Driver {
             Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
             while (count < max && System.currentTimeMillis() < deadline
                     && System.currentTimeMillis() - lastRecord < idleMs) {
-                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                var records = consumer.poll(Duration.ofMillis(200));
+                if (consumer.assignment().isEmpty()) {
+                    // Still joining its group (a slow SASL_SSL handshake on a
+                    // loaded machine): idle time counts from the assignment.
+                    lastRecord = System.currentTimeMillis();
+                }
+                for (ConsumerRecord<byte[], byte[]> r : records) {
                     lastRecord = System.currentTimeMillis();
                     System.out.println("record " + r.partition() + " " + r.offset() + " " + digest(r.key()) + " "
                             + digest(r.value()) + " " + headers(r.headers().toArray()));
