@@ -38,7 +38,7 @@
 //! `authorizer = "none"` (the default) they are stored and served only and
 //! every client may do anything, including change them. Either way a
 //! mirror holds the source's ACLs (metadata sync,
-//! `ringmirror_control::acl_sync`).
+//! `ringmirror_control::metadata_sync::acl_sync`).
 
 use std::collections::BTreeSet;
 use std::fmt;
