@@ -15,7 +15,6 @@
 //! * [`state`] — the mirror partition state machine (KIP-1279's states).
 //! * [`state_store`] — `__mirror_state`: mirror definitions and partition
 //!   states, persisted before they take effect.
-//! * [`epochs`] — the destination leader epoch rules (DLE > SLE).
 //! * [`mirror`] — a mirror's definition and topic selection.
 //!
 //! The failover data path itself is the data plane's (`EndMirroring` on a
@@ -23,7 +22,6 @@
 
 pub mod admin;
 pub mod coordinator;
-pub mod epochs;
 #[cfg(test)]
 mod fake_broker;
 pub mod metadata_sync;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::failpoint::crash_point;
+use ringmirror_dataplane::fetch::destination_epoch as epochs;
 use ringmirror_dataplane::fetch::{PartitionKey, SourceMetadata};
 use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
@@ -16,7 +17,6 @@ use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 use super::connections::connection;
 use super::{Core, Live, Partition, SYNC_RETRY_MIN, internal, now_ms};
 use crate::admin::AdminError;
-use crate::epochs;
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{PartitionRecord, PartitionStateKey};
 

@@ -28,10 +28,11 @@ use crate::log::TopicPartition;
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
 use super::control::{Directive, Directives};
+use super::destination_epoch;
 use super::divergence::{self, CheckOutcome, DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, PendingCheck};
 use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
-use super::partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition};
+use super::partition::MirrorPartition;
 use super::stats::FetchStats;
 use super::supervisor::{LiveSettings, now_ms};
 
@@ -817,8 +818,7 @@ impl Fetcher {
         let destination_epoch = p.served.leader_epoch.get();
         let latest = p.log().epoch_cache().latest().map_or(-1, |e| e.epoch);
         let source_epoch = p.fetch_epoch.max(latest);
-        if source_epoch >= 0
-            && source_epoch > destination_epoch - EPOCH_BUMP_THRESHOLD
+        if destination_epoch::bump_needed(source_epoch, destination_epoch).is_some()
             && p.epoch_bump_reported_at != destination_epoch
         {
             p.epoch_bump_reported_at = destination_epoch;

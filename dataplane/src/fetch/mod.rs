@@ -12,6 +12,7 @@
 //! ([`divergence`]) before it fetches on.
 
 mod control;
+pub mod destination_epoch;
 mod divergence;
 mod events;
 mod fetcher;
@@ -32,7 +33,7 @@ pub use events::{
 };
 pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
-pub use partition::{EPOCH_BUMP_THRESHOLD, MirrorPartition, PartitionKey, shard_for, stable_hash};
+pub use partition::{MirrorPartition, PartitionKey, shard_for, stable_hash};
 pub use stats::FetchStats;
 pub(crate) use supervisor::mirror_ended;
 pub use supervisor::{MirrorSettings, run_mirror};

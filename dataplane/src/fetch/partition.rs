@@ -81,11 +81,6 @@ pub struct MirrorPartition {
     pub appended_batches: u64,
 }
 
-/// How close the source's leader epoch may come to the destination epoch
-/// before a bump is due (KIP-1279's threshold; the control plane's rules
-/// in `ringmirror_control::epochs` use the same constant).
-pub const EPOCH_BUMP_THRESHOLD: i32 = 3;
-
 impl MirrorPartition {
     pub fn new(key: PartitionKey, served: Rc<ServedPartition>) -> Self {
         Self {

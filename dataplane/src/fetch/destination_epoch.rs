@@ -7,11 +7,15 @@
 //! already has SLE > DLE: the partition waits in EPOCH_FENCING), proactive
 //! (SLE within the threshold: bump in the background while appending),
 //! periodic (on every metadata sync).
+//!
+//! One copy for both planes: the fetcher asks [`bump_needed`] after every
+//! append (and reports a due bump), the coordinator applies [`bumped`].
 
 /// How far above the source epoch a bump puts the destination epoch.
 pub const INCREMENT: i32 = 10;
-/// How close the source epoch may come before a bump.
-pub const THRESHOLD: i32 = ringmirror_dataplane::fetch::EPOCH_BUMP_THRESHOLD;
+/// How close the source's leader epoch may come to the destination epoch
+/// before a bump is due (KIP-1279's threshold).
+pub const THRESHOLD: i32 = 3;
 
 /// Why a bump is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
