@@ -1040,3 +1040,36 @@ fn a_topic_deleted_at_kafka_is_stopped_after_the_confirmation_window_with_its_da
     assert_eq!(common::partition_state(&agent, "dr", "outlives", 0), "MIRRORING");
     agent.stop().expect("clean stop");
 }
+
+#[test]
+fn kafkas_transactions_tool_runs_from_the_classpath_and_sees_an_open_transaction() {
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic("txn-tool", 1, &[]);
+    produce(
+        "txn-tool",
+        &[
+            "--transactional",
+            "tx-tool",
+            "--txn",
+            "open",
+            "--count",
+            "5",
+            "--prop",
+            "transaction.timeout.ms=900000",
+        ],
+    );
+    const TRANSACTIONS_COMMAND: &str = "org.apache.kafka.tools.TransactionsCommand";
+    let listed = kafka_tool(TRANSACTIONS_COMMAND, &c.bootstrap, &["list"]);
+    let row = listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("tx-tool"))
+        .unwrap_or_else(|| panic!("tx-tool in kafka-transactions list:\n{listed}"));
+    assert!(row.contains("Ongoing"), "the transaction is left open: {row}");
+    let described = kafka_tool(
+        TRANSACTIONS_COMMAND,
+        &c.bootstrap,
+        &["describe", "--transactional-id", "tx-tool"],
+    );
+    assert!(described.contains("txn-tool-0"), "its partition: {described}");
+}

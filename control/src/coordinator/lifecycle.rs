@@ -15,7 +15,7 @@ use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 
 use super::connections::connection;
-use super::{Core, Live, Partition, SYNC_RETRY_MIN, internal, now_ms};
+use super::{Core, Partition, SYNC_RETRY_MIN, internal, now_ms};
 use crate::admin::AdminError;
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{PartitionRecord, PartitionStateKey};
@@ -383,18 +383,8 @@ impl Core {
                 continue;
             }
             self.by_tp.insert((name.to_owned(), tp.clone()), key.clone());
-            self.partitions.insert(
-                key.clone(),
-                Partition {
-                    tp,
-                    record,
-                    placed: false,
-                    placed_paused: false,
-                    source_epoch: sle,
-                    next_retry: None,
-                    live: Live::default(),
-                },
-            );
+            self.partitions
+                .insert(key.clone(), Partition::unplaced(tp, record, sle));
             self.mirrors.get_mut(name).expect("exists").to_prepare.push(key);
             added += 1;
         }

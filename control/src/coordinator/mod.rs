@@ -232,6 +232,21 @@ struct Partition {
     live: Live,
 }
 
+impl Partition {
+    /// A partition not yet sent to its shard, as loaded or just discovered.
+    fn unplaced(tp: TopicPartition, record: PartitionRecord, source_epoch: i32) -> Self {
+        Self {
+            tp,
+            record,
+            placed: false,
+            placed_paused: false,
+            source_epoch,
+            next_retry: None,
+            live: Live::default(),
+        }
+    }
+}
+
 struct Core {
     store: MirrorStateStore,
     shards: Vec<async_channel::Sender<ShardCommand>>,
@@ -343,18 +358,7 @@ impl Core {
                 partition: key.partition,
             };
             self.by_tp.insert((key.mirror.clone(), tp.clone()), key.clone());
-            self.partitions.insert(
-                key.clone(),
-                Partition {
-                    tp,
-                    record,
-                    placed: false,
-                    placed_paused: false,
-                    source_epoch: -1,
-                    next_retry: None,
-                    live: Live::default(),
-                },
-            );
+            self.partitions.insert(key.clone(), Partition::unplaced(tp, record, -1));
             self.resume_after_restart(&key);
         }
     }
