@@ -56,6 +56,28 @@ pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
     fsync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
+/// Reserves disk blocks for [from, to) of `file` (fallocate, which extends
+/// the file when `to` is past its end). Returns false on a file system
+/// without fallocate, where nothing was reserved: the caller decides how to
+/// go on without it. Stores into a mapping over unreserved blocks of a full
+/// file system raise SIGBUS, which is why every mapped file reserves first.
+pub(crate) fn reserve_blocks(file: &File, path: &Path, from: u64, to: u64) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    if to <= from {
+        return Ok(true);
+    }
+    // SAFETY: plain syscall on an owned, open descriptor.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as libc::off_t, (to - from) as libc::off_t) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return Ok(false);
+    }
+    Err(LogError::io("fallocate", path)(err))
+}
+
 pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LogError::io("remove", path)(e)),

@@ -6,6 +6,13 @@
 //! `segment.index.bytes` and mapped; sealing trims them to their entries, so
 //! on a clean start the entry count is the file size / entry size. After an
 //! unclean stop the indexes of re-validated segments are rebuilt.
+//!
+//! The preallocated file is sparse: disk blocks are reserved (fallocate) a
+//! page at a time before entries are stored into them, and a segment
+//! reserves its indexes' room for the entries a write can add before it
+//! writes the batches ([`SparseIndex::reserve_entries`]). So a full disk is
+//! an `ENOSPC` error before anything is appended, never a SIGBUS from a
+//! store into an unbacked page, and never a batch without its index entry.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -13,6 +20,9 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapMut, MmapOptions};
 
 use super::error::{LogError, Result};
+use super::files::reserve_blocks;
+
+const PAGE_BYTES: usize = 4096;
 
 /// A file of fixed-size entries in a shared writable mapping.
 pub(crate) struct IndexFile<const N: usize> {
@@ -21,6 +31,10 @@ pub(crate) struct IndexFile<const N: usize> {
     map: Option<MmapMut>,
     entries: usize,
     max_entries: usize,
+    /// Bytes from the start of the file known to be backed by disk blocks
+    /// (a whole number of pages, or the whole file where the file system
+    /// has no fallocate).
+    reserved: usize,
 }
 
 impl<const N: usize> IndexFile<N> {
@@ -46,6 +60,7 @@ impl<const N: usize> IndexFile<N> {
             map: None,
             entries,
             max_entries: max_entries.max(entries),
+            reserved: 0,
         };
         if active {
             index.make_active()?;
@@ -77,11 +92,33 @@ impl<const N: usize> IndexFile<N> {
         Ok(())
     }
 
-    /// Grows the file to its maximum and maps it for appends.
+    /// Grows the file to its maximum and maps it for appends. The pages
+    /// holding its entries are reserved again (a no-op where they were
+    /// written before; a truncation may have cut a page's blocks).
     fn make_active(&mut self) -> Result<()> {
         let len = (self.max_entries * N) as u64;
         self.file.set_len(len).map_err(LogError::io("extend", &self.path))?;
-        self.remap(len)
+        self.remap(len)?;
+        self.reserved = 0;
+        self.reserve_entries(0)
+    }
+
+    /// Reserves disk blocks for `more` entries past the current ones
+    /// (capped at the file's maximum), a page at a time.
+    fn reserve_entries(&mut self, more: usize) -> Result<()> {
+        let end = (self.entries + more).min(self.max_entries) * N;
+        if end <= self.reserved {
+            return Ok(());
+        }
+        let file_len = self.max_entries * N;
+        let to = end.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES).min(file_len);
+        self.reserved = if reserve_blocks(&self.file, &self.path, self.reserved as u64, to as u64)? {
+            to
+        } else {
+            // No fallocate here: nothing can be reserved, as for segments.
+            file_len
+        };
+        Ok(())
     }
 
     /// Trims the file to its entries and flushes it (segment sealed or log closed).
@@ -89,6 +126,7 @@ impl<const N: usize> IndexFile<N> {
         self.flush()?;
         let len = (self.entries * N) as u64;
         self.map = None;
+        self.reserved = 0;
         self.file.set_len(len).map_err(LogError::io("trim", &self.path))?;
         self.remap(len)
     }
@@ -128,6 +166,7 @@ impl<const N: usize> IndexFile<N> {
         if self.map.as_ref().is_none_or(|m| m.len() < at + N) {
             self.make_active()?;
         }
+        self.reserve_entries(1)?;
         let map = self.map.as_mut().expect("an active index is mapped");
         map[at..at + N].copy_from_slice(&entry);
         self.entries += 1;
@@ -206,6 +245,11 @@ impl<const N: usize> SparseIndex<N> {
     }
     pub(crate) fn make_active(&mut self) -> Result<()> {
         self.file.make_active()
+    }
+    /// Reserves disk room for `more` entries, so that appending them cannot
+    /// meet a full disk.
+    pub(crate) fn reserve_entries(&mut self, more: usize) -> Result<()> {
+        self.file.reserve_entries(more)
     }
     pub(crate) fn flush(&self) -> Result<()> {
         self.file.flush()

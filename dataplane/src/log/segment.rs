@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
-use crate::batch::{BatchIter, RecordBatch};
+use crate::batch::{BATCH_HEADER_BYTES, BatchIter, RecordBatch};
 
 use super::config::LogConfig;
 use super::error::{LogError, Result};
-use super::files::{INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file, remove_if_exists};
+use super::files::{
+    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file, remove_if_exists, reserve_blocks,
+};
 use super::index::{OffsetIndex, TimeIndex};
 use super::txn_index::TxnIndex;
 
@@ -54,6 +56,14 @@ pub(crate) struct Segment {
     pub(crate) next_offset: i64,
     /// Wall-clock time of the first append since this process opened it.
     pub(crate) first_append_ms: Option<u64>,
+}
+
+/// The most index entries (in each of `.index` and `.timeindex`) that
+/// committing `bytes` of batches can add: one per batch, and one per
+/// `index.interval.bytes` of them (see [`Segment::on_batch_committed`]).
+fn index_entries_max(bytes: u64, config: &LogConfig) -> usize {
+    let bytes_per_entry_min = (config.index_interval_bytes + 1).max(BATCH_HEADER_BYTES as u64);
+    usize::try_from(bytes / bytes_per_entry_min + 1).unwrap_or(usize::MAX)
 }
 
 fn page_round_up(n: u64) -> u64 {
@@ -216,6 +226,11 @@ impl Segment {
             panic!("writing to sealed segment {}", self.log_path.display());
         };
         let map_len = map.len() as u64;
+        // Index room first: a batch is never committed without the index
+        // entries it may add, so a full disk stops the write before it.
+        let entries_max = index_entries_max(end.saturating_sub(self.size), config);
+        self.index.reserve_entries(entries_max)?;
+        self.time_index.reserve_entries(entries_max)?;
         if end > *allocated {
             let target = page_round_up(end.max(*allocated + config.preallocate_bytes)).min(map_len);
             reserve(&self.file, &self.log_path, *allocated, target)?;
@@ -525,22 +540,15 @@ impl Segment {
     }
 }
 
-/// Reserves disk blocks for [from, to) of the file.
+/// Reserves disk blocks for [from, to) of the segment file.
 fn reserve(file: &File, path: &Path, from: u64, to: u64) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: plain syscall on an owned, open descriptor.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as libc::off_t, (to - from) as libc::off_t) };
-    if rc == 0 {
+    if reserve_blocks(file, path, from, to)? {
         return Ok(());
     }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
-        // Filesystems without fallocate: extend sparsely. A full disk then
-        // surfaces as SIGBUS on write, which is why fallocate is preferred.
-        tracing::warn!(path = %path.display(), "fallocate unsupported; extending the segment sparsely");
-        return file.set_len(to).map_err(LogError::io("extend", path));
-    }
-    Err(LogError::io("fallocate", path)(err))
+    // Filesystems without fallocate: extend sparsely. A full disk then
+    // surfaces as SIGBUS on write, which is why fallocate is preferred.
+    tracing::warn!(path = %path.display(), "fallocate unsupported; extending the segment sparsely");
+    file.set_len(to).map_err(LogError::io("extend", path))
 }
 
 /// Faults in [from, to) of the mapping as writable in one call.

@@ -1,0 +1,149 @@
+//! A full disk is an error, never a SIGBUS. The partition log's files that
+//! are written through memory mappings (segments and their `.index` and
+//! `.timeindex`) must have their disk blocks reserved before a store lands
+//! in a page; a store into an unbacked page of a full file system kills the
+//! process with SIGBUS. Each test runs in a mount namespace of its own
+//! thread with a small tmpfs (needs root, as the agent's full-disk tests
+//! in tests/control_cli.rs do), fills it with ballast and appends on.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::path::Path;
+
+use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
+use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+
+/// Mounts a tmpfs of `size_kib` on `dir` in a mount namespace that only
+/// the calling thread enters (unshare(CLONE_NEWNS) from a test thread:
+/// nothing is mounted for the rest of the process or the host).
+fn mount_small_tmpfs(dir: &Path, size_kib: u64) {
+    // SAFETY: plain syscalls with valid, NUL-terminated arguments.
+    unsafe {
+        assert_eq!(
+            libc::unshare(libc::CLONE_NEWNS),
+            0,
+            "unshare(CLONE_NEWNS) (these tests need root): {}",
+            std::io::Error::last_os_error()
+        );
+        let root = CString::new("/").unwrap();
+        let none = CString::new("none").unwrap();
+        assert_eq!(
+            libc::mount(
+                none.as_ptr(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null()
+            ),
+            0,
+            "make / private: {}",
+            std::io::Error::last_os_error()
+        );
+        let target = CString::new(dir.to_str().unwrap()).unwrap();
+        let fstype = CString::new("tmpfs").unwrap();
+        let options = CString::new(format!("size={size_kib}k")).unwrap();
+        assert_eq!(
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                options.as_ptr().cast()
+            ),
+            0,
+            "mount tmpfs on {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Writes zeros into `path` until the file system is full.
+fn fill(path: &Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 4096];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("fill {}: {e}", path.display()),
+        }
+    }
+    let _ = file.sync_all();
+}
+
+fn batch(base_offset: i64, timestamp: i64) -> Vec<u8> {
+    BatchBuilder {
+        base_offset,
+        records: vec![BuildRecord {
+            timestamp,
+            key: Some(b"k".to_vec()),
+            value: Some(vec![7u8; 40]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .build()
+}
+
+/// Segment space reserved well ahead (1 MiB), an index entry for every
+/// batch: the indexes cross pages long before the segment needs more room.
+fn config() -> LogConfig {
+    LogConfig {
+        preallocate_bytes: 1 << 20,
+        prefault_bytes: 0,
+        index_interval_bytes: 0,
+        ..LogConfig::default()
+    }
+}
+
+#[test]
+fn a_full_disk_when_an_index_crosses_a_page_is_an_error_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    std::thread::spawn(move || {
+        mount_small_tmpfs(&disk, 4096);
+        let dir = disk.join("t-0");
+        let (mut log, _) = PartitionLog::open(OpenOptions::new(&dir, config())).unwrap();
+        log.append(&batch(0, 1_000), 1).unwrap();
+        fill(&disk.join("ballast"));
+
+        // Every batch adds an entry to both indexes: the time index (12-byte
+        // entries) needs a new page after 341 of them, the offset index
+        // after 512, while the segment still has reserved room.
+        let mut appended = 1i64;
+        let error = loop {
+            assert!(appended < 2_000, "the indexes never needed a new page");
+            match log.append(&batch(appended, 1_000 + appended), 1) {
+                Ok(_) => appended += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(error.is_disk_full(), "want a full-disk error, got {error}");
+        assert!(appended > 300, "failed before an index crossed a page: {appended}");
+        assert_eq!(log.log_end_offset(), appended, "the refused batch is not in the log");
+
+        // Space comes back: the same batch goes in, and everything reads back
+        // after a clean close and reopen, through the indexes.
+        std::fs::remove_file(disk.join("ballast")).unwrap();
+        log.append(&batch(appended, 1_000 + appended), 1).unwrap();
+        let end = appended + 1;
+        log.close(2).unwrap();
+        let (log, _) = PartitionLog::open(OpenOptions::new(&dir, config())).unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        for offset in [0, 1, 340, 341, 342, 511, 512, 513, end - 1] {
+            let offset = offset.min(end - 1);
+            let bytes = log.read(offset, 1).unwrap().to_vec().unwrap();
+            assert_eq!(bytes, batch(offset, 1_000 + offset), "batch at offset {offset}");
+            let found = log
+                .offset_for_timestamp(1_000 + offset)
+                .unwrap()
+                .expect("a timestamp in the log");
+            assert_eq!(found.offset, offset, "time index lookup of offset {offset}");
+        }
+    })
+    .join()
+    .expect("the log thread");
+}
