@@ -1,8 +1,8 @@
 //! `ringmirror demo` as a user runs it: the binary generates a small
 //! source, serves it with one agent, mirrors it with another and reports
-//! the mirror identical; the verification it ran notices a single changed
-//! byte; the batches it compresses decode to what was built; `--size`
-//! takes binary and decimal suffixes.
+//! the mirror identical and the rate it mirrored at; the verification it
+//! ran notices a single changed byte; the batches it compresses decode to
+//! what was built; `--size` takes binary and decimal suffixes.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,6 +34,23 @@ fn demo_mirrors_its_generated_source_and_verifies_it_identical() {
     ] {
         assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
     }
+    // The rate is the mirroring's own: its window is shorter than the one
+    // that includes both agents' start-up.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("mirrored "))
+        .expect("a mirrored line");
+    let number_before = |marker: &str| -> f64 {
+        let head = &line[..line.find(marker).unwrap_or_else(|| panic!("{marker:?} in {line:?}"))];
+        head.rsplit([' ', '(']).next().unwrap().parse().unwrap()
+    };
+    let (mib_s, mirroring_s, with_start_s) = (
+        number_before(" MiB/s"),
+        number_before(" s from the first partition placed"),
+        number_before(" s with both agents' start-up"),
+    );
+    assert!(mib_s > 0.0 && mirroring_s > 0.0, "{line}");
+    assert!(mirroring_s <= with_start_s, "{line}");
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "the demo took {:?}",
