@@ -15,14 +15,21 @@
 //!    same leader-epoch checkpoint, log start and end, last stable offset,
 //!    aborted transactions and topic id.
 //!
-//! With `--keep-running` both agents start again afterwards and serve until
-//! SIGINT or SIGTERM, for Kafka clients such as kcat to look at.
+//! The rate it reports is the mirror agent's own, from its events: from
+//! the first partition placed on a shard (its fetcher starts there) to the
+//! last batch committed at the source's end — not the agents' start-up.
+//!
+//! With `--keep-running` both agents start again afterwards, on the ports
+//! they had (the mirror keeps the source address it stored), and serve
+//! until SIGINT or SIGTERM, for Kafka clients such as kcat and for
+//! `ringmirror status` at the mirror agent's admin API to look at.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
@@ -30,9 +37,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use ringmirror_dataplane::batch::{
     BATCH_HEADER_BYTES, BatchBuilder, BatchIter, BuildRecord, Compression, ControlType, LOG_OVERHEAD_BYTES, RecordBatch,
 };
+use ringmirror_dataplane::fetch::{ShardEvent, StateEvent, TelemetryEvent};
 use ringmirror_dataplane::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
-use crate::agent::Agent;
+use crate::agent::{Agent, EventObserver};
 use crate::config::AgentConfig;
 
 /// The mirror's name in the mirror agent's configuration.
@@ -621,44 +629,144 @@ fn generate(dir: &Path, size_bytes: u64, config: LogConfig, stop: &AtomicBool) -
     Ok(Generated { partitions })
 }
 
-/// An agent with a listener on a free loopback port; `mirror` is TOML for
-/// its `[[mirror]]` table, if any.
-fn agent_config(dir: &Path, config: LogConfig, mirror: &str) -> anyhow::Result<AgentConfig> {
+/// Where the two agents listen: the first time on free loopback ports;
+/// with `--keep-running` again on the same ones, because the mirror agent
+/// keeps the source address its mirror was created with (`__mirror_state`
+/// wins over the configuration file), so a source agent on another port
+/// would leave it retrying a dead one.
+struct Listeners {
+    source: SocketAddr,
+    mirror: SocketAddr,
+    /// The mirror agent's admin API, for `ringmirror status`.
+    admin: Option<SocketAddr>,
+}
+
+impl Listeners {
+    const ANY_LOOPBACK: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+    fn any_free() -> Self {
+        Self {
+            source: Self::ANY_LOOPBACK,
+            mirror: Self::ANY_LOOPBACK,
+            admin: None,
+        }
+    }
+}
+
+/// An agent listening on `listen` (and serving its admin API on `admin`);
+/// `mirror` is TOML for its `[[mirror]]` table, if any.
+fn agent_config(
+    dir: &Path,
+    config: LogConfig,
+    (listen, admin): (SocketAddr, Option<SocketAddr>),
+    mirror: &str,
+) -> anyhow::Result<AgentConfig> {
+    let admin = admin.map_or_else(String::new, |addr| format!("[admin]\naddress = \"{addr}\""));
     AgentConfig::parse(&format!(
         r#"
         data_dir = {dir:?}
         [log]
         segment_bytes = {segment_bytes}
         [listener]
-        address = "127.0.0.1:0"
+        address = "{listen}"
+        {admin}
         {mirror}
         "#,
         segment_bytes = config.segment_bytes,
     ))
 }
 
-fn source_agent_config(dir: &Path, config: LogConfig) -> anyhow::Result<AgentConfig> {
-    agent_config(dir, config, "")
+fn source_agent_config(dir: &Path, config: LogConfig, listen: SocketAddr) -> anyhow::Result<AgentConfig> {
+    agent_config(dir, config, (listen, None), "")
 }
 
-fn mirror_agent_config(dir: &Path, config: LogConfig, source: std::net::SocketAddr) -> anyhow::Result<AgentConfig> {
+fn mirror_agent_config(
+    dir: &Path,
+    config: LogConfig,
+    at: &Listeners,
+    source: SocketAddr,
+) -> anyhow::Result<AgentConfig> {
     let mirror =
         format!("[[mirror]]\nname = \"{MIRROR_NAME}\"\nbootstrap_servers = [\"{source}\"]\ntopics_include = \".*\"");
-    agent_config(dir, config, &mirror)
+    agent_config(dir, config, (at.mirror, at.admin), &mirror)
 }
 
 /// Starts the source agent on `source_dir` and the mirror agent on
-/// `mirror_dir`, mirroring every topic from the former.
-fn start_agents(source_dir: &Path, mirror_dir: &Path, config: LogConfig) -> anyhow::Result<(Agent, Agent)> {
-    let source = Agent::start(source_agent_config(source_dir, config)?).context("start the source agent")?;
+/// `mirror_dir` (handing its events to `observer`), mirroring every topic
+/// from the former, both listening where `at` says.
+fn start_agents(
+    (source_dir, mirror_dir): (&Path, &Path),
+    config: LogConfig,
+    at: &Listeners,
+    observer: EventObserver,
+) -> anyhow::Result<(Agent, Agent)> {
+    let source = Agent::start(source_agent_config(source_dir, config, at.source)?).context("start the source agent")?;
     let source_addr = source.listener_addr().context("the source agent does not listen")?;
-    match Agent::start(mirror_agent_config(mirror_dir, config, source_addr)?) {
+    match Agent::start_observed(mirror_agent_config(mirror_dir, config, at, source_addr)?, observer) {
         Ok(mirror) => Ok((source, mirror)),
         Err(e) => {
             // The source agent is stopped either way; the start error is the news.
             let _ = source.stop();
             Err(e.context("start the mirror agent"))
         }
+    }
+}
+
+/// When the mirror agent mirrored, as its own events tell: from the first
+/// partition placed on its shard (its fetcher starts there, after the
+/// agent's start-up and first metadata round) to the progress report that
+/// brings the last partition to the source's end offset. Each moment is
+/// taken on the agent's events thread as the event arrives, so polling the
+/// status cannot blur it.
+#[derive(Debug, Default)]
+struct MirroringClock {
+    started: Option<Instant>,
+    caught_up: Option<Instant>,
+    /// Partitions short of their end offset, with that offset.
+    behind: BTreeMap<TopicPartition, i64>,
+}
+
+impl MirroringClock {
+    /// A clock for mirroring `generated`, and the observer that keeps it.
+    fn observe(generated: &Generated) -> (Arc<Mutex<Self>>, EventObserver) {
+        let behind = generated
+            .partitions
+            .iter()
+            .filter(|(_, facts)| facts.end_offset > 0)
+            .map(|(tp, facts)| (tp.clone(), facts.end_offset))
+            .collect();
+        let clock = Arc::new(Mutex::new(Self {
+            behind,
+            ..Self::default()
+        }));
+        let kept = Arc::clone(&clock);
+        let observer: EventObserver = Box::new(move |event: &ShardEvent| {
+            let now = Instant::now();
+            let mut clock = kept.lock().expect("mirroring clock lock");
+            match event {
+                ShardEvent::State(StateEvent::Placed { mirror, .. }) if mirror == MIRROR_NAME => {
+                    clock.started.get_or_insert(now);
+                }
+                ShardEvent::Telemetry(TelemetryEvent::Progress {
+                    mirror,
+                    tp,
+                    log_end_offset,
+                    ..
+                }) if mirror == MIRROR_NAME && clock.behind.get(tp).is_some_and(|end| log_end_offset >= end) => {
+                    clock.behind.remove(tp);
+                    if clock.behind.is_empty() {
+                        clock.caught_up = Some(now);
+                    }
+                }
+                _ => {}
+            }
+        });
+        (clock, observer)
+    }
+
+    /// From the first partition placed to the last one caught up.
+    fn mirroring_time(&self) -> Option<Duration> {
+        Some(self.caught_up?.saturating_duration_since(self.started?))
     }
 }
 
@@ -898,17 +1006,21 @@ impl<'a> BatchReader<'a> {
 
 /// Serves from both agents until SIGINT or SIGTERM, then stops them.
 fn keep_running(source: Agent, mirror: Agent, stop: &AtomicBool) -> anyhow::Result<()> {
-    let (Some(source_addr), Some(mirror_addr)) = (source.listener_addr(), mirror.listener_addr()) else {
+    let (Some(source_addr), Some(mirror_addr), Some(admin_addr)) =
+        (source.listener_addr(), mirror.listener_addr(), mirror.admin_addr())
+    else {
         bail!("an agent does not listen");
     };
     println!();
     println!("both agents are running; Ctrl-C stops them");
     println!("  source agent  {source_addr}  (serves source/)");
     println!("  mirror agent  {mirror_addr}  (mirrors every topic from the source into mirror/, and serves it)");
+    println!("  admin API     http://{admin_addr}  (the mirror agent's)");
     println!("try:");
     println!("  kcat -b {mirror_addr} -L");
     println!("  kcat -b {mirror_addr} -C -t orders -e");
     println!("  kcat -b {source_addr} -C -t payments -e");
+    println!("  ringmirror status --admin http://{admin_addr}");
     std::io::stdout().flush()?;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
@@ -966,11 +1078,12 @@ pub fn run(data_dir: Option<PathBuf>, size_bytes: u64, keep: bool) -> anyhow::Re
     );
 
     let started = Instant::now();
-    let (source, mirror) = start_agents(&source_dir, &mirror_dir, config)?;
-    println!(
-        "source agent serving source/ on {}; mirror agent mirroring every topic from it into mirror/",
-        source.listener_addr().context("the source agent does not listen")?
-    );
+    let (clock, observer) = MirroringClock::observe(&generated);
+    let (source, mirror) = start_agents((&source_dir, &mirror_dir), config, &Listeners::any_free(), observer)?;
+    let (Some(source_addr), Some(mirror_addr)) = (source.listener_addr(), mirror.listener_addr()) else {
+        bail!("an agent does not listen");
+    };
+    println!("source agent serving source/ on {source_addr}; mirror agent mirroring every topic from it into mirror/");
     let followed = follow_mirroring(&mirror, &generated, &stop);
     let secs = started.elapsed().as_secs_f64();
     let mirror_stopped = mirror.stop();
@@ -978,10 +1091,17 @@ pub fn run(data_dir: Option<PathBuf>, size_bytes: u64, keep: bool) -> anyhow::Re
     followed?;
     mirror_stopped.context("stop the mirror agent")?;
     let bytes = generated.sum(|f| f.bytes);
+    let mirroring = clock
+        .lock()
+        .expect("mirroring clock lock")
+        .mirroring_time()
+        .context("the mirror agent reported no start or no end of mirroring")?;
     println!(
-        "mirrored {} in {secs:.1} s ({:.1} MiB/s), both agents stopped cleanly",
+        "mirrored {} at {:.1} MiB/s ({:.2} s from the first partition placed to the last batch committed; \
+         {secs:.1} s with both agents' start-up), both agents stopped cleanly",
         mib(bytes),
-        bytes as f64 / secs.max(1e-9) / 1048576.0
+        bytes as f64 / mirroring.as_secs_f64().max(1e-9) / 1048576.0,
+        mirroring.as_secs_f64()
     );
 
     let v = verify(&source_dir, &mirror_dir)?;
@@ -1005,7 +1125,12 @@ pub fn run(data_dir: Option<PathBuf>, size_bytes: u64, keep: bool) -> anyhow::Re
         "  and the same leader-epoch checkpoints, log start/end and last stable offsets, aborted transactions, topic ids"
     );
     if keep {
-        let (source, mirror) = start_agents(&source_dir, &mirror_dir, config)?;
+        let kept = Listeners {
+            source: source_addr,
+            mirror: mirror_addr,
+            admin: Some(Listeners::ANY_LOOPBACK),
+        };
+        let (source, mirror) = start_agents((&source_dir, &mirror_dir), config, &kept, Box::new(|_| {}))?;
         keep_running(source, mirror, &stop)?;
     }
     Ok(())

@@ -1,14 +1,24 @@
 //! `ringmirror demo` as a user runs it: the binary generates a small
 //! source, serves it with one agent, mirrors it with another and reports
-//! the mirror identical; the verification it ran notices a single changed
-//! byte; the batches it compresses decode to what was built; `--size`
-//! takes binary and decimal suffixes.
+//! the mirror identical and the rate it mirrored at; the verification it
+//! ran notices a single changed byte; `--keep-running` leaves a healthy
+//! pair running; the batches it compresses decode to what was built;
+//! `--size` takes binary and decimal suffixes.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ringmirror::demo::{Codec, compress_batch, parse_size, verify};
 use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, Compression, RecordBatch, decode_records};
+use ringmirror_kafka_harness::ChildGuard;
+
+/// Bounds each wait of the kept-running test (start, health, stop).
+const KEEP_RUNNING_WAIT: Duration = Duration::from_secs(60);
+/// How long the kept-running pair is watched once healthy: the bug it
+/// guards against logged a WARN line every second.
+const KEEP_RUNNING_WATCH: Duration = Duration::from_secs(3);
 
 #[test]
 fn demo_mirrors_its_generated_source_and_verifies_it_identical() {
@@ -34,6 +44,23 @@ fn demo_mirrors_its_generated_source_and_verifies_it_identical() {
     ] {
         assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
     }
+    // The rate is the mirroring's own: its window is shorter than the one
+    // that includes both agents' start-up.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("mirrored "))
+        .expect("a mirrored line");
+    let number_before = |marker: &str| -> f64 {
+        let head = &line[..line.find(marker).unwrap_or_else(|| panic!("{marker:?} in {line:?}"))];
+        head.rsplit([' ', '(']).next().unwrap().parse().unwrap()
+    };
+    let (mib_s, mirroring_s, with_start_s) = (
+        number_before(" MiB/s"),
+        number_before(" s from the first partition placed"),
+        number_before(" s with both agents' start-up"),
+    );
+    assert!(mib_s > 0.0 && mirroring_s > 0.0, "{line}");
+    assert!(mirroring_s <= with_start_s, "{line}");
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "the demo took {:?}",
@@ -114,4 +141,136 @@ fn compressed_batches_decode_to_the_records_built() {
         );
         assert_eq!(decode_records(&batch, 1 << 20).unwrap(), expected, "{codec:?}: records");
     }
+}
+
+/// The `ringmirror status --json` answer of the agent at `admin`.
+fn status(admin: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringmirror"))
+        .args(["status", "--json", "--admin", admin])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Why the partitions in a status answer are not all mirroring, caught up
+/// at the source's end, without an error (`None`: they are).
+fn unhealthy(status: &serde_json::Value, partitions: usize) -> Option<String> {
+    let rows = status["partitions"].as_array().expect("partitions");
+    if rows.len() != partitions {
+        return Some(format!("{} partitions", rows.len()));
+    }
+    rows.iter()
+        .find(|p| {
+            p["state"] != "MIRRORING"
+                || !p["error"].is_null()
+                || p["source_offset"].as_i64() != p["destination_offset"].as_i64()
+                || p["source_offset"].as_i64() <= Some(0)
+        })
+        .map(|p| p.to_string())
+}
+
+/// The WARN lines of the demo's log so far.
+fn warnings(log: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains(" WARN "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `--keep-running` starts both agents again on the ports they had: the
+/// mirror agent, which keeps the source address its mirror was stored
+/// with, fetches from the restarted source (status: every partition
+/// MIRRORING, caught up, no error, at its admin API) and logs no warning
+/// while watched nor any warning twice; SIGINT stops both.
+#[test]
+fn kept_running_pair_keeps_its_ports_and_mirrors_without_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let mut demo = ChildGuard::spawn(
+        Command::new(env!("CARGO_BIN_EXE_ringmirror"))
+            .args(["demo", "--size", "2MiB", "--keep-running", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap()),
+        "ringmirror demo --keep-running",
+    )
+    .unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let stdout = demo.child().stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // What the demo prints, up to the kept-running pair's admin API.
+    let mut printed = Vec::new();
+    let deadline = Instant::now() + KEEP_RUNNING_WAIT;
+    while !printed.iter().any(|l: &String| l.starts_with("try:")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => printed.push(line),
+            Err(e) => panic!(
+                "{e}: the demo printed {printed:#?}; its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
+        }
+    }
+    let after = |prefix: &str| -> String {
+        let line = printed.iter().find_map(|l| l.trim_start().strip_prefix(prefix));
+        let line = line.unwrap_or_else(|| panic!("no {prefix:?} line in {printed:#?}"));
+        line.split_whitespace().next().unwrap().trim_end_matches(';').to_owned()
+    };
+    let first_source = after("source agent serving source/ on ");
+    assert_eq!(after("source agent  "), first_source, "the source agent moved");
+    let admin = after("admin API     ");
+
+    // Healthy: every partition mirroring and caught up again, which needs
+    // a fetch from the restarted source agent.
+    let deadline = Instant::now() + KEEP_RUNNING_WAIT;
+    let mut answer = status(&admin);
+    while let Some(why) = unhealthy(&answer, 8) {
+        assert!(
+            Instant::now() < deadline,
+            "not healthy: {why}; WARN lines: {:#?}",
+            warnings(&log)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        answer = status(&admin);
+    }
+    // And staying so, with no warning logged, while watched.
+    let warned = warnings(&log);
+    let watched = Instant::now();
+    while watched.elapsed() < KEEP_RUNNING_WATCH {
+        let answer = status(&admin);
+        assert_eq!(unhealthy(&answer, 8), None, "{answer}");
+        let new: Vec<String> = warnings(&log).into_iter().skip(warned.len()).collect();
+        assert!(new.is_empty(), "WARN lines while kept running: {new:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Nor, anywhere in its log, a warning said again and again.
+    let mut said = std::collections::BTreeMap::<String, usize>::new();
+    for line in warnings(&log) {
+        let message = line.split_once(" WARN ").map_or(line.clone(), |(_, m)| m.to_owned());
+        *said.entry(message).or_default() += 1;
+    }
+    said.retain(|_, count| *count > 1);
+    assert!(said.is_empty(), "repeated WARN lines: {said:#?}");
+
+    demo.signal(libc::SIGINT);
+    let exit = demo.wait_timeout(KEEP_RUNNING_WAIT).expect("the demo stops on SIGINT");
+    assert!(exit.success(), "{exit}; WARN lines: {:#?}", warnings(&log));
+    // The rest of its output, up to the end of its stdout.
+    let mut rest = Vec::new();
+    while let Ok(line) = lines.recv_timeout(KEEP_RUNNING_WAIT) {
+        rest.push(line);
+    }
+    assert!(
+        rest.iter().any(|l| l == "signal received; stopping both agents"),
+        "{rest:#?}"
+    );
 }

@@ -4,8 +4,11 @@
 //! * [`synthetic_source`] serves them over the Kafka protocol on 127.0.0.1,
 //!   either all at once (fixed dataset) or appended at a steady rate, cheaply
 //!   enough that the source is never the bottleneck.
-//! * [`log_files`] lists a partition directory's segments, to compare logs.
+//! * [`log_files`] lists a partition directory's segments and checks that
+//!   they hold the expected bytes, to compare logs.
 //! * [`procstat`] reads a process's CPU time and page faults from `/proc`.
+//! * [`summary`] turns measurements into the reports' units (MB/s, CPU
+//!   s/GB), medians and the machine's line.
 //!
 //! The binaries are `synthetic-source` (the source alone), `perf-mirror`
 //! (the harness: fetch-and-discard, mirroring, the rdkafka baseline, lag,
@@ -17,4 +20,5 @@
 pub mod dataset;
 pub mod log_files;
 pub mod procstat;
+pub mod summary;
 pub mod synthetic_source;

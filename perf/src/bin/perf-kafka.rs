@@ -39,8 +39,9 @@ use clap::Parser;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use ringmirror_kafka_harness::{self as kafka, ChildGuard, KAFKA_JVM_FLAGS, KafkaCluster, KafkaClusterSpec};
-use ringmirror_perf::log_files::log_files;
+use ringmirror_perf::log_files::{check_logs_hold, log_files};
 use ringmirror_perf::procstat::{self, ProcStat};
+use ringmirror_perf::summary::{cpu_s_per_gb, loadavg, mb_per_s};
 
 /// The source topic: the name `perf-mirror`'s rdkafka child reads.
 const TOPIC: &str = "perf-source";
@@ -62,7 +63,6 @@ const POLL: Duration = Duration::from_millis(50);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bounds a child's exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-const GB: f64 = 1e9;
 
 #[derive(Parser)]
 #[command(about = "ringmirror vs a Kafka follower, MirrorMaker 2 and an rdkafka consumer → producer, one run")]
@@ -159,16 +159,6 @@ impl Row {
     fn mechanism_cpu(&self) -> Duration {
         self.cpu.iter().map(|(_, c)| *c).sum()
     }
-}
-
-/// MB/s (10^6 bytes) of `bytes` over `wall`.
-fn mb_per_s(bytes: u64, wall: Duration) -> f64 {
-    bytes as f64 / 1e6 / wall.as_secs_f64()
-}
-
-/// CPU seconds per GB (10^9 bytes).
-fn cpu_s_per_gb(cpu: Duration, bytes: u64) -> f64 {
-    cpu.as_secs_f64() / (bytes as f64 / GB)
 }
 
 /// A window's progress, as its poll function sees it.
@@ -318,22 +308,11 @@ fn same_logs(ours: &Path, kafka: &Path, partitions: i32) -> anyhow::Result<()> {
     let ours = partition_logs(ours, TOPIC, partitions)?;
     let theirs = partition_logs(kafka, TOPIC, partitions)?;
     for (p, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
-        let read = |paths: &[PathBuf]| -> anyhow::Result<Vec<u8>> {
-            let mut all = Vec::new();
-            for path in paths {
-                all.extend(std::fs::read(path)?);
-            }
-            Ok(all)
-        };
-        let (ours, theirs) = (read(ours)?, read(theirs)?);
-        anyhow::ensure!(
-            ours.len() >= theirs.len()
-                && ours[..theirs.len()] == theirs[..]
-                && ours[theirs.len()..].iter().all(|&b| b == 0),
-            "partition {p}: our {} bytes differ from the leader's {}",
-            ours.len(),
-            theirs.len()
-        );
+        let mut leader = Vec::new();
+        for path in theirs {
+            leader.extend(std::fs::read(path)?);
+        }
+        check_logs_hold(ours, &leader).with_context(|| format!("partition {p}: ours against the leader's"))?;
     }
     Ok(())
 }
@@ -820,11 +799,7 @@ fn main() -> anyhow::Result<()> {
 /// CPUs and load average, for the record of a run.
 fn procstat_machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!(
-        "{cpus} CPUs, load average {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    )
+    format!("{cpus} CPUs, load average {}", loadavg())
 }
 
 #[cfg(test)]
@@ -843,12 +818,6 @@ mod tests {
             source_cpu: Duration::from_secs(1),
             machine_cpu: Duration::from_secs(wall_s * 2),
         }
-    }
-
-    #[test]
-    fn rates_are_per_decimal_megabyte_and_gigabyte() {
-        assert_eq!(mb_per_s(2_000_000_000, Duration::from_secs(2)), 1000.0);
-        assert_eq!(cpu_s_per_gb(Duration::from_millis(1500), 3_000_000_000), 0.5);
     }
 
     #[test]

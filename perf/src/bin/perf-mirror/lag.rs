@@ -1,0 +1,91 @@
+//! The lag family (`--lag`): the synthetic source appends at a steady
+//! rate, the agent runs in this process (`Agent::start_observed`, 1 shard)
+//! and every `Progress` event it reports is kept with the moment it came;
+//! [`crate::measure::Lags`] turns them into each batch's delay. Nothing
+//! else runs beside it: no child processes, no throughput window.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ringmirror::agent::Agent;
+use ringmirror::config::AgentConfig;
+use ringmirror_dataplane::fetch::{ShardEvent, TelemetryEvent};
+use ringmirror_perf::procstat;
+use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};
+
+use crate::measure::{Lags, ProgressSeen};
+use crate::mirror::log_table;
+use crate::process::{free_bytes, tempdir_in};
+use crate::{Args, TOPIC, report};
+
+/// Runs the agent against a source appending at `--rate-mb-s` for
+/// `--lag-seconds` and prints the delays.
+pub fn run_lag(args: &Args) -> anyhow::Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rate = args.rate_mb_s * 1e6;
+    // Enough data for the whole run and some margin.
+    let size = (rate * (args.lag_seconds as f64 + 5.0)) as u64;
+    let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    anyhow::ensure!(free_bytes(&work_dir)? > size + (2 << 30), "not enough free disk");
+    let dataset = Arc::new(args.dataset(args.partitions, size / args.partitions.max(1) as u64, 0x1a9));
+    let source = SyntheticSource::start(
+        Arc::clone(&dataset),
+        SourceOptions {
+            rate_bytes_per_s: Some(rate),
+            cpu: Some(args.source_cpu.unwrap_or(cpus - 1)),
+            sink_topic: None,
+            port: 0,
+        },
+    )?;
+    let root = tempdir_in(&work_dir, "ringmirror-perf-lag")?;
+    let data_dir = root.join("data");
+    let config = AgentConfig::parse(&format!(
+        "data_dir = {data_dir:?}\nshards = 1\n{}\n[[mirror]]\nname = \"perf\"\nbootstrap_servers = [{:?}]\n\
+         topics = [{TOPIC:?}]\nfetch_max_wait_ms = {}\nfetch_min_bytes = 1\nfetch_max_bytes = {}\n\
+         fetch_partition_max_bytes = {}\ningest = {:?}\n",
+        log_table(&args.log_setting),
+        source.addr().to_string(),
+        args.fetch_max_wait_ms,
+        args.fetch_max_bytes,
+        args.fetch_partition_max_bytes,
+        args.ingest
+    ))?;
+    let seen: Arc<Mutex<ProgressSeen>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+    let observer_seen = Arc::clone(&seen);
+    let observer = Box::new(move |event: &ShardEvent| {
+        if let ShardEvent::Telemetry(TelemetryEvent::Progress { tp, log_end_offset, .. }) = event {
+            let now = Instant::now();
+            observer_seen
+                .lock()
+                .expect("lock")
+                .push((tp.partition, *log_end_offset, now));
+        }
+    });
+    let process0 = procstat::read(0)?;
+    let agent = Agent::start_observed(config, observer)?;
+    let waited = Instant::now();
+    while source.t0().is_none() {
+        anyhow::ensure!(waited.elapsed() < Duration::from_secs(30), "the agent never fetched");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t0 = source.t0().expect("started");
+    let source_cpu0 = source.stats().cpu;
+    let end = t0 + Duration::from_secs(args.lag_seconds);
+    std::thread::sleep(end.saturating_duration_since(Instant::now()));
+    let process1 = procstat::read(0)?;
+    let source_cpu1 = source.stats().cpu;
+    // Let the last batches land before stopping.
+    std::thread::sleep(Duration::from_millis(200));
+    agent.stop()?;
+    let seen = std::mem::take(&mut *seen.lock().expect("lock"));
+
+    let warmup = t0 + Duration::from_secs(args.lag_warmup_s);
+    let lags = Lags::of(&seen, &dataset, &source, (t0, warmup, end))?;
+    source.stop();
+    let _ = std::fs::remove_dir_all(&root);
+    let window = end.saturating_duration_since(t0).as_secs_f64();
+    let process_cpu = process1.cpu().saturating_sub(process0.cpu()).as_secs_f64();
+    let agent_cpu = process_cpu - source_cpu1.saturating_sub(source_cpu0).as_secs_f64();
+    report::print_lag(args, &dataset, &lags, 100.0 * agent_cpu / window);
+    Ok(())
+}
