@@ -9,6 +9,14 @@ use std::path::Path;
 #[allow(unused_imports)]
 pub use ringmirror_kafka_harness::*;
 
+/// Kafka's tool `class` (e.g. `org.apache.kafka.tools.TopicCommand`) run
+/// against `bootstrap` with `args`; its stdout (panics unless it exits 0).
+pub fn kafka_tool(class: &str, bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    tool(class, &all)
+}
+
 /// An in-process agent serving on loopback and mirroring `topics` from
 /// `bootstrap` as mirror "dr" with quick fetch and metadata settings;
 /// `listener`, `log` and `mirror` are TOML lines added to the `[listener]`,

@@ -1,0 +1,895 @@
+//! What runs on Kafka must run on after a failover to the agent (issue
+//! 17): Java transactional producers, a Kafka Streams application with
+//! exactly-once processing, Kafka Connect in distributed mode, and consumer
+//! groups on KIP-848's protocol — each with Kafka's own libraries (the
+//! Java driver's `streams-count`, `txn-*` and `group-member` commands, and
+//! Connect's own `ConnectDistributed`).
+//!
+//! - **Reference runs at Kafka alone**: what each workload does at Apache
+//!   Kafka 4.3.1 (a KRaft cluster of one controller and three brokers, one
+//!   per test binary): the Streams output across a crash of the
+//!   application, the transactions' READ_COMMITTED views and
+//!   `kafka-transactions list`/`describe`, a KIP-848 group joining,
+//!   rebalancing when a member leaves, committing and resuming, and a
+//!   Connect worker keeping its connectors, their offsets and statuses
+//!   across a restart. The tests at the agent compare with these.
+//! - **Kafka Connect at the agent**: the same worker with its config,
+//!   offset and status topics at our listener (local compacted topics).
+//!
+//! Each workload starts several JVMs, so the tests take turns
+//! ([`one_at_a_time`]); every wait is bounded and waits on a condition.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::kafka::{Background, KafkaCluster, KafkaClusterSpec, driver, kafka_tool, spawn_driver};
+
+/// Bounds each wait of these tests on Kafka, the agent or a workload.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// Each test starts several JVMs (a Streams application, group members, a
+/// Connect worker) beside the cluster's four: one test at a time.
+static WORKLOADS: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    WORKLOADS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn cluster() -> &'static KafkaCluster {
+    KafkaCluster::shared(|| {
+        KafkaClusterSpec::default()
+            // A timed-out transaction is aborted within a test's time.
+            .with("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500")
+            // KIP-848 members heartbeat (and learn of rebalances) quickly.
+            .with("group.consumer.min.heartbeat.interval.ms", "500")
+            .with("group.consumer.heartbeat.interval.ms", "500")
+            .with("group.consumer.min.session.timeout.ms", "6000")
+            .with("group.consumer.session.timeout.ms", "6000")
+    })
+}
+
+const TRANSACTIONS_COMMAND: &str = "org.apache.kafka.tools.TransactionsCommand";
+const GROUPS_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+
+/// A `record <partition> <offset> <key> <value> <headers>` line of the driver.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Record {
+    partition: i32,
+    offset: i64,
+    key: String,
+    value: String,
+}
+
+fn records(lines: &[String]) -> Vec<Record> {
+    let mut out: Vec<Record> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("record "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Record {
+                partition: f[0].parse().expect("partition"),
+                offset: f[1].parse().expect("offset"),
+                key: f[2].to_owned(),
+                value: f.get(3).copied().unwrap_or_default().to_owned(),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every record of `topic` at `bootstrap` read at `isolation`, keys as
+/// strings and values as `values` (digest, string, long).
+fn read(bootstrap: &str, topic: &str, isolation: &str, values: &str) -> Vec<Record> {
+    records(&driver(
+        "consume",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--isolation",
+            isolation,
+            "--keys",
+            "string",
+            "--values",
+            values,
+            "--idle-ms",
+            "2500",
+        ],
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Kafka Streams with exactly-once processing
+// ---------------------------------------------------------------------------
+
+/// The number of distinct words in the Streams input (`w0`…`w6`).
+const WORDS: usize = 7;
+
+/// One Streams application and its topics: input and output created by
+/// the test, the repartition topic and the changelog by the application.
+struct StreamsApp {
+    app_id: String,
+    input: String,
+    output: String,
+}
+
+impl StreamsApp {
+    fn new(name: &str) -> Self {
+        Self {
+            app_id: format!("{name}-app"),
+            input: format!("{name}-in"),
+            output: format!("{name}-out"),
+        }
+    }
+
+    /// The topics Streams makes (`Streams.java`'s names).
+    fn internal_topics(&self) -> [String; 2] {
+        [
+            format!("{}-by-word-repartition", self.app_id),
+            format!("{}-counts-changelog", self.app_id),
+        ]
+    }
+
+    /// Starts the application against `bootstrap` with a fresh state dir
+    /// under `dir` (its host is new: everything restored from the
+    /// changelog), holding each record `delay_ms`, stopping after
+    /// `idle_ms` without one (0: until stopped).
+    fn start(&self, bootstrap: &str, dir: &Path, delay_ms: u32, idle_ms: u32) -> Background {
+        let state = tempfile::tempdir_in(dir).expect("state dir").keep();
+        spawn_driver(
+            "streams-count",
+            bootstrap,
+            &[
+                "--app-id",
+                &self.app_id,
+                "--input",
+                &self.input,
+                "--output",
+                &self.output,
+                "--state-dir",
+                state.to_str().expect("utf-8 path"),
+                "--record-delay-ms",
+                &delay_ms.to_string(),
+                "--idle-ms",
+                &idle_ms.to_string(),
+            ],
+        )
+    }
+
+    /// (word, count) of every output record read committed at `bootstrap`, sorted.
+    fn counts(&self, bootstrap: &str) -> Vec<(String, i64)> {
+        let mut counts: Vec<(String, i64)> = read(bootstrap, &self.output, "read_committed", "long")
+            .into_iter()
+            .map(|r| (r.key, r.value.parse().expect("a count")))
+            .collect();
+        counts.sort();
+        counts
+    }
+}
+
+/// Produces input records `from..to` at `bootstrap` (all at once).
+fn streams_input(bootstrap: &str, topic: &str, from: usize, to: usize) {
+    let lines = driver(
+        "streams-input",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--from",
+            &from.to_string(),
+            "--to",
+            &to.to_string(),
+            "--words",
+            &WORDS.to_string(),
+        ],
+    );
+    assert_eq!(lines.iter().filter(|l| l.starts_with("produced ")).count(), to - from);
+}
+
+/// What the application must output for the input indices `input`,
+/// whatever the order it saw them in: each word `w<i % WORDS>` with the
+/// counts 1…n, once each, for the n records of that word.
+fn expected_counts(input: impl IntoIterator<Item = usize>) -> Vec<(String, i64)> {
+    let mut per_word: BTreeMap<String, i64> = BTreeMap::new();
+    for i in input {
+        *per_word.entry(format!("w{}", i % WORDS)).or_default() += 1;
+    }
+    let mut out: Vec<(String, i64)> = per_word
+        .into_iter()
+        .flat_map(|(word, n)| (1..=n).map(move |c| (word.clone(), c)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The (word, count) pairs that appear more than once.
+fn duplicates(counts: &[(String, i64)]) -> Vec<(String, i64)> {
+    let mut seen = BTreeSet::new();
+    counts.iter().filter(|c| !seen.insert(*c)).cloned().collect()
+}
+
+/// How many input records the application has handed to its count step.
+fn processed(app: &Background) -> usize {
+    app.lines().iter().filter(|l| l.starts_with("processed ")).count()
+}
+
+/// The reference run: the application counts at Kafka and crashes
+/// (SIGKILL) mid-stream with a transaction open; a new instance on a new
+/// host (empty state dir) restores from the changelog, goes on from the
+/// committed offsets, and the output read committed holds each count once
+/// — as without the crash. The failover test does the same with the agent
+/// in the crash's place.
+#[test]
+fn kafka_streams_exactly_once_at_kafka_counts_each_record_once_across_a_crash() {
+    const RECORDS: usize = 300;
+    let _turn = one_at_a_time();
+    let c = cluster();
+    let app = StreamsApp::new("wl-streams-ref");
+    c.create_topic(&app.input, 3, &[]);
+    c.create_topic(&app.output, 3, &[]);
+    streams_input(&c.bootstrap, &app.input, 0, RECORDS);
+    let dir = tempfile::tempdir().unwrap();
+
+    let mut first = app.start(&c.bootstrap, dir.path(), 10, 0);
+    first.wait_for_line(DEADLINE, "RUNNING", |l| l == "state RUNNING");
+    common::wait_until(DEADLINE, "a third of the input processed", || {
+        let n = processed(&first);
+        if n >= RECORDS / 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} processed"))
+        }
+    });
+    first.kill();
+
+    let second = app.start(&c.bootstrap, dir.path(), 0, 4000);
+    let (status, lines) = second.wait_exit(DEADLINE * 2);
+    assert!(status.success(), "{status}: {lines:#?}");
+    let counts = app.counts(&c.bootstrap);
+    assert_eq!(duplicates(&counts), vec![], "no count output twice");
+    assert_eq!(counts, expected_counts(0..RECORDS), "each word counted 1…n, once each");
+    for topic in app.internal_topics() {
+        let described = driver("describe-topic", &c.bootstrap, &["--topic", &topic]);
+        assert!(described[0].ends_with(" 3"), "{topic}: three partitions: {described:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Transactional producers
+// ---------------------------------------------------------------------------
+
+/// What a cluster shows of [`transaction_scenarios`], without what differs
+/// between any two clusters (producer ids, coordinator ids, times).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TxnView {
+    /// Keys read READ_COMMITTED from the scenarios' first offset, in order.
+    committed: Vec<String>,
+    /// How many records READ_UNCOMMITTED readers see from there.
+    uncommitted: usize,
+    /// The zombie's answer to its last send and commit: the first
+    /// exception's class.
+    zombie: String,
+    /// The coordinator's state for the timed-out transaction, and the
+    /// producer's answer to its late commit (the first exception's class).
+    timed_out: (String, String),
+    /// `kafka-transactions list`: state by transactional id (the scenarios' ids).
+    listed: BTreeMap<String, String>,
+    /// `kafka-transactions describe`: (state, timeout ms, partitions with
+    /// the topic's name as `<topic>`) by transactional id.
+    described: BTreeMap<String, (String, String, String)>,
+}
+
+/// The first exception class of a driver line `<prefix> <class>: <message>
+/// <- <cause class>: …` other than the future's ExecutionException.
+fn first_exception(line: &str, prefix: &str) -> String {
+    line.strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("no {prefix:?} in {line:?}"))
+        .split(" <- ")
+        .filter_map(|e| e.trim().split(':').next())
+        .find(|class| *class != "java.util.concurrent.ExecutionException")
+        .unwrap_or_else(|| panic!("no exception in {line:?}"))
+        .to_owned()
+}
+
+/// `kafka-transactions`' rows (a header line naming `TransactionalId`,
+/// then rows) as name → value maps; a last column left empty is "".
+fn table(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .skip_while(|l| !l.split_whitespace().any(|n| n == "TransactionalId"));
+    let Some(header) = lines.next() else {
+        panic!("no kafka-transactions table in {text:?}");
+    };
+    let names: Vec<&str> = header.split_whitespace().collect();
+    lines
+        .map(|row| {
+            let values: Vec<&str> = row.split_whitespace().collect();
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| ((*n).to_owned(), values.get(i).copied().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs every transaction scenario against partition 0 of `topic` at
+/// `bootstrap` (records from `from_offset` on), with transactional ids
+/// `<prefix>-…`, in this order: a committed transaction, an aborted one,
+/// a zombie fenced by a newer producer with its id, one the coordinator
+/// aborts when it outlives its 2 s timeout, and one left open (its
+/// producer halts) — then reads the partition at both isolation levels
+/// and asks `kafka-transactions`.
+fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64, prefix: &str) -> TxnView {
+    let id = |name: &str| format!("{prefix}-{name}");
+    let produce = |name: &str, outcome: &str, keys: &str, count: &str, extra: &[&str]| {
+        let txn = id(name);
+        let mut args = vec![
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--transactional",
+            txn.as_str(),
+            "--txn",
+            outcome,
+            "--key-prefix",
+            keys,
+            "--count",
+            count,
+        ];
+        args.extend_from_slice(extra);
+        driver("produce", bootstrap, &args)
+    };
+    produce("commit", "commit", "c", "5", &[]);
+    produce("abort", "abort", "x", "4", &[]);
+    let zombie = driver(
+        "txn-zombie",
+        bootstrap,
+        &["--topic", topic, "--transactional", &id("zombie"), "--count", "3"],
+    );
+    let zombie = zombie
+        .iter()
+        .find(|l| l.starts_with("a-fenced ") || *l == "a-committed")
+        .cloned()
+        .unwrap_or_else(|| panic!("the zombie's outcome: {zombie:#?}"));
+    let timeout = driver(
+        "txn-timeout",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--transactional",
+            &id("timeout"),
+            "--timeout-ms",
+            "2000",
+            "--count",
+            "2",
+        ],
+    );
+    let state = timeout
+        .iter()
+        .find_map(|l| l.strip_prefix("coordinator "))
+        .unwrap_or_else(|| panic!("the coordinator's state: {timeout:#?}"))
+        .to_owned();
+    let late_commit = timeout
+        .iter()
+        .find(|l| l.starts_with("commit-failed ") || *l == "committed")
+        .cloned()
+        .unwrap_or_else(|| panic!("the late commit: {timeout:#?}"));
+    produce("open", "open", "o", "2", &["--prop", "transaction.timeout.ms=900000"]);
+
+    let from =
+        |records: Vec<Record>| -> Vec<Record> { records.into_iter().filter(|r| r.offset >= from_offset).collect() };
+    let committed = from(read(bootstrap, topic, "read_committed", "digest"))
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let uncommitted = from(read(bootstrap, topic, "read_uncommitted", "digest")).len();
+    let ids = ["commit", "abort", "zombie", "timeout", "open"].map(id);
+    let listed = table(&kafka_tool(TRANSACTIONS_COMMAND, bootstrap, &["list"]))
+        .into_iter()
+        .filter(|row| ids.contains(&row["TransactionalId"]))
+        .map(|row| (row["TransactionalId"].clone(), row["TransactionState"].clone()))
+        .collect();
+    let described = ids
+        .iter()
+        .map(|txn| {
+            let text = kafka_tool(
+                TRANSACTIONS_COMMAND,
+                bootstrap,
+                &["describe", "--transactional-id", txn],
+            );
+            let row = table(&text)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("describe {txn}: {text}"));
+            let partitions = row["TopicPartitions"].replace(topic, "<topic>");
+            (
+                txn.clone(),
+                (
+                    row["TransactionState"].clone(),
+                    row["TransactionTimeoutMs"].clone(),
+                    partitions,
+                ),
+            )
+        })
+        .collect();
+    TxnView {
+        committed,
+        uncommitted,
+        zombie: if zombie == "a-committed" {
+            zombie
+        } else {
+            first_exception(&zombie, "a-fenced")
+        },
+        timed_out: (
+            state,
+            if late_commit == "committed" {
+                late_commit
+            } else {
+                first_exception(&late_commit, "commit-failed")
+            },
+        ),
+        listed,
+        described,
+    }
+}
+
+/// The scenarios at Kafka, run once per test binary: what the agent must show.
+fn kafka_txn_view() -> &'static TxnView {
+    static VIEW: OnceLock<TxnView> = OnceLock::new();
+    VIEW.get_or_init(|| {
+        let c = cluster();
+        c.create_topic("wl-txn-ref", 1, &[]);
+        transaction_scenarios(&c.bootstrap, "wl-txn-ref", 0, "wl-ref")
+    })
+}
+
+#[test]
+fn transactions_at_kafka_commit_abort_fence_a_zombie_and_time_out() {
+    let _turn = one_at_a_time();
+    let view = kafka_txn_view();
+    let keys = |prefix: &'static str, n: usize| (0..n).map(move |i| format!("{prefix}{i}"));
+    let committed: Vec<String> = keys("c", 5).chain(keys("b", 3)).collect();
+    assert_eq!(
+        view.committed, committed,
+        "READ_COMMITTED: the committed transaction and the newer producer's, nothing after the open one"
+    );
+    assert_eq!(
+        view.uncommitted,
+        5 + 4 + 3 + 3 + 2 + 2,
+        "READ_UNCOMMITTED: every record written (the zombie's last send refused)"
+    );
+    assert!(
+        view.zombie.ends_with("ProducerFencedException") || view.zombie.ends_with("InvalidProducerEpochException"),
+        "the zombie is fenced: {view:#?}"
+    );
+    assert_eq!(
+        view.timed_out.0, "CompleteAbort",
+        "the coordinator aborted it: {view:#?}"
+    );
+    assert_ne!(view.timed_out.1, "committed", "{view:#?}");
+    let state = |id: &str| view.listed.get(&format!("wl-ref-{id}")).map(String::as_str);
+    assert_eq!(state("commit"), Some("CompleteCommit"), "{view:#?}");
+    assert_eq!(state("abort"), Some("CompleteAbort"), "{view:#?}");
+    assert_eq!(state("zombie"), Some("CompleteCommit"), "{view:#?}");
+    assert_eq!(state("timeout"), Some("CompleteAbort"), "{view:#?}");
+    assert_eq!(state("open"), Some("Ongoing"), "{view:#?}");
+    let open = &view.described["wl-ref-open"];
+    assert_eq!(
+        open,
+        &("Ongoing".to_owned(), "900000".to_owned(), "<topic>-0".to_owned()),
+        "{view:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Consumer groups on KIP-848's protocol
+// ---------------------------------------------------------------------------
+
+/// The partitions of a member's last `assigned …` line (empty: none yet).
+fn assignment(member: &Background) -> BTreeSet<i32> {
+    member
+        .lines()
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("assigned "))
+        .map(|a| a.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn wait_assigned(member: &Background, what: &str, wanted: impl Fn(&BTreeSet<i32>) -> bool) -> BTreeSet<i32> {
+    common::wait_until(DEADLINE, what, || {
+        let a = assignment(member);
+        if wanted(&a) {
+            Ok(a)
+        } else {
+            Err(format!("{a:?}: {:?}", member.lines().last()))
+        }
+    })
+}
+
+/// A JVM stopped by SIGTERM exits 143 once its shutdown hooks are done.
+fn stopped_cleanly(status: std::process::ExitStatus) -> bool {
+    status.success() || status.code() == Some(128 + libc::SIGTERM)
+}
+
+fn start_member(bootstrap: &str, group: &str, topic: &str, extra: &[&str]) -> Background {
+    let mut args = vec!["--group", group, "--topic", topic, "--protocol", "consumer"];
+    args.extend_from_slice(extra);
+    spawn_driver("group-member", bootstrap, &args)
+}
+
+/// (partition, offset) of a member's `record` lines.
+fn member_records(lines: &[String]) -> Vec<(i32, i64)> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("record "))
+        .map(|l| {
+            let mut f = l.split(' ');
+            (
+                f.next().and_then(|p| p.parse().ok()).expect("partition"),
+                f.next().and_then(|o| o.parse().ok()).expect("offset"),
+            )
+        })
+        .collect()
+}
+
+/// A KIP-848 group on `topic` (4 partitions, `first` records already in
+/// it) at `bootstrap`: member A joins and takes every partition; B joins
+/// and the partitions are shared; B leaves and A takes them all again; 40
+/// more records are read by A, which commits and leaves; 30 more, and a
+/// new member C resumes from the committed offsets. Returns every
+/// (partition, offset) read, by any member, in the order read per member.
+fn kip848_join_rebalance_commit_resume(bootstrap: &str, topic: &str, group: &str) -> Vec<(i32, i64)> {
+    let all: BTreeSet<i32> = (0..4).collect();
+    let a = start_member(bootstrap, group, topic, &[]);
+    wait_assigned(&a, "A holds every partition", |p| *p == all);
+    let b = start_member(bootstrap, group, topic, &[]);
+    let shared = wait_assigned(&b, "B gets a share", |p| !p.is_empty());
+    wait_assigned(&a, "A gives up B's share", |p| p.is_disjoint(&shared) && !p.is_empty());
+    let (status, b_lines) = b.terminate(DEADLINE);
+    assert!(stopped_cleanly(status), "B left cleanly: {status} {b_lines:#?}");
+    assert_eq!(b_lines.last().map(String::as_str), Some("closed"));
+    wait_assigned(&a, "A takes every partition back", |p| *p == all);
+    let more = driver(
+        "produce",
+        bootstrap,
+        &["--topic", topic, "--count", "40", "--idempotent"],
+    );
+    let more: BTreeSet<(i32, i64)> = more
+        .iter()
+        .filter_map(|l| l.strip_prefix("produced "))
+        .map(|l| {
+            let (p, o) = l.split_once(' ').expect("partition offset");
+            (p.parse().expect("partition"), o.parse().expect("offset"))
+        })
+        .collect();
+    common::wait_until(DEADLINE, "A reads and commits the new records", || {
+        let read: BTreeSet<(i32, i64)> = member_records(&a.lines()).into_iter().collect();
+        if read.is_superset(&more) {
+            Ok(())
+        } else {
+            Err(format!("{} of 40", more.intersection(&read).count()))
+        }
+    });
+    // A member stops between polls, after committing what it read.
+    let (status, a_lines) = a.terminate(DEADLINE);
+    assert!(stopped_cleanly(status), "A left cleanly: {status}");
+    driver(
+        "produce",
+        bootstrap,
+        &["--topic", topic, "--count", "30", "--idempotent"],
+    );
+    let c = start_member(bootstrap, group, topic, &["--idle-ms", "3000"]);
+    let (status, c_lines) = c.wait_exit(DEADLINE);
+    assert!(status.success(), "C: {status} {c_lines:#?}");
+    let mut read = member_records(&a_lines);
+    read.extend(member_records(&b_lines));
+    let resumed = member_records(&c_lines);
+    assert_eq!(
+        resumed.len(),
+        30,
+        "C resumes from the committed offsets: only the 30 new records"
+    );
+    read.extend(resumed);
+    read
+}
+
+#[test]
+fn kip848_group_at_kafka_joins_rebalances_on_a_leave_commits_and_resumes() {
+    let _turn = one_at_a_time();
+    let c = cluster();
+    c.create_topic("wl-848-ref", 4, &[]);
+    driver(
+        "produce",
+        &c.bootstrap,
+        &["--topic", "wl-848-ref", "--count", "120", "--idempotent"],
+    );
+    let read = kip848_join_rebalance_commit_resume(&c.bootstrap, "wl-848-ref", "wl-848-ref-group");
+    let unique: BTreeSet<(i32, i64)> = read.iter().copied().collect();
+    assert_eq!(unique.len(), read.len(), "no record read twice");
+    assert_eq!(unique.len(), 120 + 40 + 30, "every record read");
+    let described = kafka_tool(
+        GROUPS_COMMAND,
+        &c.bootstrap,
+        &["--describe", "--group", "wl-848-ref-group"],
+    );
+    let lag: Vec<&str> = described
+        .lines()
+        .filter(|l| l.contains("wl-848-ref "))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    assert_eq!(lag, vec!["0"; 4], "committed to the end: {described}");
+}
+
+// ---------------------------------------------------------------------------
+// Kafka Connect (distributed)
+// ---------------------------------------------------------------------------
+
+/// A Connect worker in distributed mode (its own JVM), with its REST API on loopback.
+struct ConnectWorker {
+    process: Background,
+    rest: String,
+}
+
+impl ConnectWorker {
+    /// Starts a worker whose group, config, offset and status topics are
+    /// `<tag>-…` at `bootstrap`; its properties file is written in `dir`.
+    /// Returns once its REST API answers.
+    fn start(bootstrap: &str, tag: &str, dir: &Path, rest_addr: &str) -> Self {
+        let properties = dir.join(format!("{tag}-worker.properties"));
+        std::fs::write(
+            &properties,
+            format!(
+                "bootstrap.servers={bootstrap}\n\
+                 group.id={tag}-workers\n\
+                 key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 value.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 config.storage.topic={tag}-configs\n\
+                 offset.storage.topic={tag}-offsets\n\
+                 status.storage.topic={tag}-status\n\
+                 config.storage.replication.factor=-1\n\
+                 offset.storage.replication.factor=-1\n\
+                 status.storage.replication.factor=-1\n\
+                 offset.storage.partitions=3\n\
+                 status.storage.partitions=2\n\
+                 offset.flush.interval.ms=500\n\
+                 scheduled.rebalance.max.delay.ms=1000\n\
+                 listeners=http://{rest_addr}\n\
+                 plugin.discovery=only_scan\n"
+            ),
+        )
+        .expect("write the worker's properties");
+        let mut java = common::kafka::java_with(
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            "-Xmx256m",
+            common::kafka::QUICK_JVM_FLAGS,
+        );
+        java.arg(&properties);
+        let mut process = Background::spawn(java, format!("Connect worker {tag}"));
+        let rest = format!("http://{rest_addr}");
+        let started = std::time::Instant::now();
+        while rest_call("GET", &format!("{rest}/connectors"), None).is_err() {
+            assert!(
+                process.is_running() && started.elapsed() < DEADLINE,
+                "the Connect worker's REST API did not answer within {DEADLINE:?}:\n{}",
+                process.stderr_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Self { process, rest }
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        rest_call("GET", &format!("{}{path}", self.rest), None)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.process.stderr_tail()))
+    }
+
+    fn put(&self, path: &str, body: serde_json::Value) -> serde_json::Value {
+        rest_call("PUT", &format!("{}{path}", self.rest), Some(body))
+            .unwrap_or_else(|e| panic!("PUT {path}: {e}\n{}", self.process.stderr_tail()))
+    }
+
+    /// (connector state, task states) of `name`, once the worker reports them.
+    fn status(&self, name: &str) -> Result<(String, Vec<String>), String> {
+        let status = rest_call("GET", &format!("{}/connectors/{name}/status", self.rest), None)?;
+        let connector = status["connector"]["state"].as_str().unwrap_or_default().to_owned();
+        let tasks = status["tasks"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|t| t["state"].as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok((connector, tasks))
+    }
+
+    fn wait_running(&self, name: &str) {
+        common::wait_until(DEADLINE, &format!("{name} RUNNING"), || match self.status(name) {
+            Ok((c, t)) if c == "RUNNING" && t == ["RUNNING"] => Ok(()),
+            other => Err(format!("{other:?}\n{}", self.process.stderr_tail())),
+        });
+    }
+
+    /// A graceful stop (SIGTERM: tasks stopped, offsets flushed, the group left).
+    fn stop(self) {
+        let (status, _) = self.process.terminate(DEADLINE);
+        assert!(stopped_cleanly(status), "the worker stopped: {status}");
+    }
+}
+
+/// One call to a Connect REST API; the answer's JSON, or why there is none.
+fn rest_call(method: &str, url: &str, body: Option<serde_json::Value>) -> Result<serde_json::Value, String> {
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let request = ureq::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json")
+        .body(body.map(|b| b.to_string()).unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let mut response = http.run(request).map_err(|e| e.to_string())?;
+    let status = response.status();
+    let text = response.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
+}
+
+/// What a cluster shows of [`connect_scenario`], with the tag's names as `<tag>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ConnectView {
+    /// The connectors the restarted worker lists (from its config topic).
+    connectors: Vec<String>,
+    /// The source's file position and the sink's topic offset before the
+    /// restart and after it (from the offset topic and the sink's group).
+    offsets_before: (i64, i64),
+    offsets_after: (i64, i64),
+    /// The sink's file: exactly the source's lines, once each.
+    sink_file_is_source_file: bool,
+}
+
+/// The source connector's file position and the sink's committed offset, through the REST API.
+fn connector_offsets(worker: &ConnectWorker, tag: &str) -> Result<(i64, i64), String> {
+    let source = rest_call("GET", &format!("{}/connectors/{tag}-source/offsets", worker.rest), None)?;
+    let sink = rest_call("GET", &format!("{}/connectors/{tag}-sink/offsets", worker.rest), None)?;
+    let position = source["offsets"][0]["offset"]["position"]
+        .as_i64()
+        .ok_or(format!("source offsets {source}"))?;
+    let offset = sink["offsets"][0]["offset"]["kafka_offset"]
+        .as_i64()
+        .ok_or(format!("sink offsets {sink}"))?;
+    Ok((position, offset))
+}
+
+/// Waits until the sink file holds `lines` lines, the source connector's
+/// stored position is the end of `source_file` and the sink has committed
+/// `lines`; returns those offsets as the REST API shows them.
+fn wait_caught_up(worker: &ConnectWorker, tag: &str, source_file: &Path, sink_file: &Path, lines: i64) -> (i64, i64) {
+    let size = std::fs::metadata(source_file).expect("the source file").len() as i64;
+    common::wait_until(DEADLINE, "the connectors caught up", || {
+        let written = lines_of(sink_file).len() as i64;
+        let offsets = connector_offsets(worker, tag)?;
+        if written == lines && offsets == (size, lines) {
+            Ok(offsets)
+        } else {
+            Err(format!(
+                "{written} lines, offsets {offsets:?}\n{}",
+                worker.process.stderr_tail()
+            ))
+        }
+    })
+}
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A Connect worker with its topics at `bootstrap` runs a FileStreamSource
+/// connector (a file of 50 lines → topic `<tag>-lines`) and a
+/// FileStreamSink (that topic → another file) until the sink file holds
+/// every line; it is stopped, 30 lines are appended, and a new worker
+/// with the same topics carries on: the connectors come back from the
+/// config topic, RUNNING (statuses), the source from its stored file
+/// position and the sink from its committed offset — the sink file ends
+/// up holding every line once.
+fn connect_scenario(bootstrap: &str, tag: &str, dir: &Path) -> ConnectView {
+    let source_file = dir.join(format!("{tag}-in.txt"));
+    let sink_file = dir.join(format!("{tag}-out.txt"));
+    let text = |from: usize, to: usize| (from..to).map(|i| format!("line-{i}\n")).collect::<String>();
+    std::fs::write(&source_file, text(0, 50)).expect("the source file");
+    let rest_addr = common::kafka::free_addr();
+    let worker = ConnectWorker::start(bootstrap, tag, dir, &rest_addr);
+    let topic = format!("{tag}-lines");
+    worker.put(
+        &format!("/connectors/{tag}-source/config"),
+        serde_json::json!({
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "tasks.max": "1",
+            "file": source_file,
+            "topic": topic,
+        }),
+    );
+    worker.put(
+        &format!("/connectors/{tag}-sink/config"),
+        serde_json::json!({
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+            "tasks.max": "1",
+            "file": sink_file,
+            "topics": topic,
+        }),
+    );
+    worker.wait_running(&format!("{tag}-source"));
+    worker.wait_running(&format!("{tag}-sink"));
+    let offsets_before = wait_caught_up(&worker, tag, &source_file, &sink_file, 50);
+    worker.stop();
+
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&source_file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text(50, 80).as_bytes()))
+        .expect("append to the source file");
+    let worker = ConnectWorker::start(bootstrap, tag, dir, &rest_addr);
+    let mut connectors: Vec<String> = common::wait_until(DEADLINE, "the connectors are back", || {
+        let listed = worker.get("/connectors");
+        let names: Vec<String> = listed
+            .as_array()
+            .map(|a| a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        if names.len() == 2 {
+            Ok(names)
+        } else {
+            Err(format!("{listed}"))
+        }
+    });
+    connectors.sort();
+    worker.wait_running(&format!("{tag}-source"));
+    worker.wait_running(&format!("{tag}-sink"));
+    let offsets_after = wait_caught_up(&worker, tag, &source_file, &sink_file, 80);
+    worker.stop();
+    ConnectView {
+        connectors: connectors.into_iter().map(|n| n.replace(tag, "<tag>")).collect(),
+        offsets_before,
+        offsets_after,
+        sink_file_is_source_file: lines_of(&sink_file) == lines_of(&source_file),
+    }
+}
+
+/// Connect's view at Kafka, run once per test binary: what the agent must show.
+fn kafka_connect_view() -> &'static ConnectView {
+    static VIEW: OnceLock<ConnectView> = OnceLock::new();
+    VIEW.get_or_init(|| {
+        let c = cluster();
+        c.create_topic("wl-connect-ref-lines", 1, &[]);
+        let dir = tempfile::tempdir().unwrap();
+        connect_scenario(&c.bootstrap, "wl-connect-ref", dir.path())
+    })
+}
+
+#[test]
+fn connect_worker_at_kafka_keeps_connectors_offsets_and_statuses_across_a_restart() {
+    let _turn = one_at_a_time();
+    let view = kafka_connect_view();
+    assert_eq!(view.connectors, ["<tag>-sink", "<tag>-source"]);
+    let line_bytes = |n: i64| (0..n).map(|i| format!("line-{i}\n").len() as i64).sum::<i64>();
+    assert_eq!(view.offsets_before, (line_bytes(50), 50), "{view:#?}");
+    assert_eq!(view.offsets_after, (line_bytes(80), 80), "{view:#?}");
+    assert!(view.sink_file_is_source_file, "every line once: {view:#?}");
+}
