@@ -681,7 +681,7 @@ impl ConnectWorker {
             assert!(
                 process.is_running() && started.elapsed() < DEADLINE,
                 "the Connect worker's REST API did not answer within {DEADLINE:?}:\n{}",
-                process.stderr_tail()
+                errors(&process)
             );
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -725,6 +725,16 @@ impl ConnectWorker {
         let (status, _) = self.process.terminate(DEADLINE);
         assert!(stopped_cleanly(status), "the worker stopped: {status}");
     }
+}
+
+/// The error lines of a JVM's log and their causes, for failure messages.
+fn errors(process: &Background) -> String {
+    let lines: Vec<String> = process
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("ERROR") || l.starts_with("Caused by") || l.contains("Exception:"))
+        .collect();
+    lines.join("\n")
 }
 
 /// One call to a Connect REST API; the answer's JSON, or why there is none.
@@ -892,4 +902,33 @@ fn connect_worker_at_kafka_keeps_connectors_offsets_and_statuses_across_a_restar
     assert_eq!(view.offsets_before, (line_bytes(50), 50), "{view:#?}");
     assert_eq!(view.offsets_after, (line_bytes(80), 80), "{view:#?}");
     assert!(view.sink_file_is_source_file, "every line once: {view:#?}");
+}
+
+/// Kafka Connect needs no transactions (exactly-once source support is
+/// off by default): its config, offset and status topics are local
+/// compacted topics at our listener, its workers a classic group with
+/// protocol type "connect". The same worker and connectors as at Kafka,
+/// through the same restart, show the same.
+#[test]
+fn connect_worker_at_the_agent_keeps_connectors_offsets_and_statuses_across_a_restart() {
+    let _turn = one_at_a_time();
+    let at_kafka = kafka_connect_view().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
+    let ours = agent.listener_addr().expect("listening").to_string();
+    driver(
+        "create-topic",
+        &ours,
+        &[
+            "--topic",
+            "wl-connect-agent-lines",
+            "--partitions",
+            "1",
+            "--replication",
+            "1",
+        ],
+    );
+    let here = connect_scenario(&ours, "wl-connect-agent", dir.path());
+    assert_eq!(here, at_kafka, "as at Kafka");
+    agent.stop().expect("clean stop");
 }
