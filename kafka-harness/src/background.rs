@@ -69,6 +69,11 @@ impl Background {
         self.stdout.lock().expect("lines lock").iter().cloned().collect()
     }
 
+    /// The stderr lines so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().expect("lines lock").iter().cloned().collect()
+    }
+
     /// The last stderr lines, for failure messages.
     pub fn stderr_tail(&self) -> String {
         let err = self.stderr.lock().expect("lines lock");
@@ -116,8 +121,19 @@ impl Background {
     /// Waits up to `deadline` for the process to end by itself; returns its
     /// exit status and every stdout line. Panics if it is still running.
     pub fn wait_exit(mut self, deadline: Duration) -> (ExitStatus, Vec<String>) {
-        let mut child = self.child.take().expect("process not yet reaped");
-        let status = child.wait_timeout(deadline).unwrap_or_else(|| {
+        let status = self.wait_status(deadline);
+        (status, self.finish())
+    }
+
+    /// [`Background::wait_exit`] that keeps the process's output for
+    /// [`Background::lines`] and [`Background::stderr_tail`].
+    pub fn wait_status(&mut self, deadline: Duration) -> ExitStatus {
+        let status = self
+            .child
+            .as_mut()
+            .expect("process not yet reaped")
+            .wait_timeout(deadline);
+        let status = status.unwrap_or_else(|| {
             panic!(
                 "{} still running after {deadline:?}\nstdout:\n{}\nstderr:\n{}",
                 self.what,
@@ -125,7 +141,10 @@ impl Background {
                 self.stderr_tail()
             )
         });
-        (status, self.finish())
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        status
     }
 
     /// SIGTERM, then up to `deadline` for the process to end (SIGKILL

@@ -3,7 +3,11 @@
 //! `perf/`); this module re-exports it and adds what the tests need that
 //! depends on the agent.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
+
+use ringmirror_dataplane::log::TopicPartition;
 
 // Test binaries that do not start Kafka compile this module too.
 #[allow(unused_imports)]
@@ -50,4 +54,51 @@ pub fn mirror_agent(
     ))
     .expect("agent config");
     ringmirror::agent::Agent::start(config).expect("agent")
+}
+
+/// Waits (bounded by `deadline`) until mirror "dr" of `agent` holds every
+/// partition of `topic` up to the high watermark `source` reports now;
+/// returns those ends.
+pub fn wait_caught_up(
+    agent: &ringmirror::agent::Agent,
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    deadline: Duration,
+) -> BTreeMap<i32, i64> {
+    let ends: BTreeMap<i32, i64> = (0..partitions)
+        .map(|p| {
+            (
+                p,
+                super::source_partition_log(source, topic, p, deadline).high_watermark,
+            )
+        })
+        .collect();
+    super::wait_mirrored(agent, topic, &ends, deadline);
+    ends
+}
+
+/// Waits (bounded by `deadline`) until every partition of `topic` has
+/// ended mirroring "dr" (failover); returns each one's log end after the
+/// markers.
+pub fn wait_failed_over(
+    agent: &ringmirror::agent::Agent,
+    topic: &str,
+    partitions: i32,
+    deadline: Duration,
+) -> BTreeMap<i32, i64> {
+    super::wait_until(deadline, "mirroring ended", || {
+        let status = agent.status();
+        let ended: BTreeMap<i32, i64> = (0..partitions)
+            .filter_map(|p| {
+                let s = status.get(&("dr".to_string(), TopicPartition::new(topic, p)))?;
+                Some((p, s.mirroring_ended?.0))
+            })
+            .collect();
+        if ended.len() == partitions as usize {
+            Ok(ended)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
 }
