@@ -97,9 +97,13 @@ impl Background {
                     return line;
                 }
                 panic!(
-                    "{}: {what}: {} within {deadline:?}\nstdout:\n{}\nstderr:\n{}",
+                    "{}: {what}: {}\nstdout:\n{}\nstderr:\n{}",
                     self.what,
-                    if running { "not" } else { "ended without it" },
+                    if running {
+                        format!("not within {deadline:?}")
+                    } else {
+                        "the process ended without it".to_owned()
+                    },
                     self.lines().join("\n"),
                     self.stderr_tail()
                 );
