@@ -114,14 +114,7 @@ fn mirror(data_dir: &Path, topics: &[&str]) -> Agent {
 /// Waits until the agent's log of every partition of `topic` ends at the
 /// source's high watermark; returns those ends.
 fn wait_caught_up(agent: &Agent, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let ends: BTreeMap<i32, i64> = (0..partitions)
-        .map(|p| {
-            let source = common::source_partition_log(&cluster().bootstrap, topic, p, DEADLINE);
-            (p, source.high_watermark)
-        })
-        .collect();
-    common::wait_mirrored(agent, topic, &ends, DEADLINE);
-    ends
+    common::kafka::wait_caught_up(agent, &cluster().bootstrap, topic, partitions, DEADLINE)
 }
 
 /// The `.log` files of `topic`-`partition` in a log directory, by base offset.
@@ -522,20 +515,7 @@ fn kafka_cli_tools_work_against_the_agent() {
 /// Waits until every partition of `topic` has ended mirroring (failover);
 /// returns each one's log end after the markers.
 fn wait_failed_over(agent: &Agent, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    common::wait_until(DEADLINE, "mirroring ended", || {
-        let status = agent.status();
-        let ended: BTreeMap<i32, i64> = (0..partitions)
-            .filter_map(|p| {
-                let s = status.get(&("dr".to_string(), TopicPartition::new(topic, p)))?;
-                Some((p, s.mirroring_ended?.0))
-            })
-            .collect();
-        if ended.len() == partitions as usize {
-            Ok(ended)
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
+    common::kafka::wait_failed_over(agent, topic, partitions, DEADLINE)
 }
 
 #[test]

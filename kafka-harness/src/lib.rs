@@ -3,7 +3,9 @@
 //! with a small heap, formatted with Kafka's StorageTool), Kafka's CLI tools,
 //! and the Java test driver (`tests/kafka/src/main/java`, Kafka's own client
 //! library) — all from the classpath `scripts/setup.sh` resolves from Maven
-//! Central into `tests/kafka/target/`.
+//! Central into `tests/kafka/target/`. Long-running ones (a Streams
+//! application, a group member, a Connect worker) run in the
+//! [`Background`], their output lines watched as they come.
 //!
 //! This crate only starts and drives Kafka processes; it knows nothing of
 //! ringmirror (no dependency on the agent's crates).
@@ -20,8 +22,10 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod background;
 mod process;
 
+pub use background::{Background, spawn_driver};
 pub use process::{ChildGuard, free_addr};
 
 /// Bounds a cluster's start (every broker answering and registered).

@@ -9,6 +9,8 @@
 //! * [`listener`] — accepting, framing, sending (records via sendfile).
 //! * [`handlers`], [`fetch`] and [`write`] — the answers (`write`: local
 //!   topics, producer ids, Produce).
+//! * [`topic_config`] — the topic configs CreateTopics accepts, checked as
+//!   Kafka checks them, and their form in a local partition's marker file.
 //! * [`mirror_reports`] — what the control plane reports of each mirror,
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
 //! * [`acls`] — the ACL bindings the listener stores and serves
@@ -31,6 +33,7 @@ pub mod registry;
 pub mod request;
 pub mod sasl;
 pub mod tls;
+pub mod topic_config;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};

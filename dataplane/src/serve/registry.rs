@@ -20,7 +20,7 @@ use std::time::Duration;
 use event_listener::{Event, EventListener};
 use glommio::net::AcceptedTcpStream;
 
-use super::catalog::CatalogHandle;
+use super::catalog::{CatalogHandle, TopicConfigMap};
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
 use crate::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
@@ -82,7 +82,10 @@ pub struct Registry {
 }
 
 /// A file in a partition directory saying the topic is local (created at
-/// this agent, writable) rather than mirrored data.
+/// this agent, writable) rather than mirrored data. It holds the configs
+/// the topic was created with (see [`super::topic_config::encode`]); it is
+/// empty for a topic that became local by failover (the control plane
+/// keeps those configs, synced from the source).
 pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
 
 /// A file in a partition directory saying that mirroring is being ended
@@ -118,6 +121,13 @@ fn write_marker(dir: &std::path::Path, name: &str, content: &str) -> Result<(), 
 /// Whether a partition directory holds a local topic's partition.
 pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
     log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER).exists()
+}
+
+/// The configs a local topic was created with, from its partition's marker
+/// (empty for a topic that became local by failover, or none was given).
+pub fn local_topic_configs(log_dir: &LogDir, tp: &TopicPartition) -> std::io::Result<TopicConfigMap> {
+    let text = std::fs::read_to_string(log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER))?;
+    Ok(super::topic_config::decode(&text))
 }
 
 impl Registry {
@@ -162,8 +172,15 @@ impl Registry {
     }
 
     /// Creates (or, after a crash mid-creation, completes) a partition of a
-    /// local topic and serves it, writable.
-    pub fn create_local(&self, tp: &TopicPartition, topic_id: [u8; 16]) -> Result<(), String> {
+    /// local topic and serves it, writable; its marker keeps the topic's
+    /// `configs` (published in the catalog by the caller, and from the
+    /// marker at every start).
+    pub fn create_local(
+        &self,
+        tp: &TopicPartition,
+        topic_id: [u8; 16],
+        configs: &TopicConfigMap,
+    ) -> Result<(), String> {
         if self.get(tp).is_some() {
             return Err(format!("{tp} already exists"));
         }
@@ -171,7 +188,11 @@ impl Registry {
             .log_dir
             .open_partition(tp, Some(topic_id), self.log_config, now_ms())
             .map_err(|e| e.to_string())?;
-        write_marker(&self.log_dir.partition_dir(tp), LOCAL_TOPIC_MARKER, "")?;
+        write_marker(
+            &self.log_dir.partition_dir(tp),
+            LOCAL_TOPIC_MARKER,
+            &super::topic_config::encode(configs),
+        )?;
         self.register(tp.clone(), ServedPartition::new(log, None));
         Ok(())
     }

@@ -1,5 +1,7 @@
 //! The write path for local topics: CreateTopics makes a topic at this
-//! agent (writable, unlike mirror topics), CreatePartitions grows one
+//! agent (writable, unlike mirror topics) with the configs it is given
+//! (checked as Kafka checks them, kept in each partition's marker and
+//! published in the catalog), CreatePartitions grows one
 //! (a mirror topic's partitions follow its source and are refused with
 //! READ_ONLY_TOPIC), InitProducerId hands out
 //! producer ids for idempotent producers, and Produce appends to local
@@ -15,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
@@ -24,9 +27,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::catalog::random_bytes;
+use super::catalog::{TopicConfigMap, random_bytes};
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
+use super::topic_config;
 use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
 use crate::log::{PartitionLog, ProduceError, TopicPartition};
@@ -228,13 +232,16 @@ pub async fn create_topics(
                 ),
             ))
         } else {
-            Ok(())
+            topic_configs(&t.configs)
         };
-        if let Err(refusal) = check {
-            let (code, message) = refused("create topic", &name, refusal);
-            results.push(result.with_error_code(code).with_error_message(message));
-            continue;
-        }
+        let configs = match check {
+            Ok(configs) => configs,
+            Err(refusal) => {
+                let (code, message) = refused("create topic", &name, refusal);
+                results.push(result.with_error_code(code).with_error_message(message));
+                continue;
+            }
+        };
         let handle = conn.access.local.catalog();
         if !handle.try_reserve_topic(&name) {
             let refusal = (ec::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"));
@@ -246,7 +253,7 @@ pub async fn create_topics(
             Ok([0; 16])
         } else {
             match new_topic_id() {
-                Ok(id) => create_local_partitions(conn, &name, id, 0..partitions)
+                Ok(id) => create_local_partitions(conn, &name, id, &configs, 0..partitions)
                     .await
                     .map(|()| id),
                 Err(e) => Err((ec::KAFKA_STORAGE_ERROR, format!("topic id: {e}"))),
@@ -258,7 +265,12 @@ pub async fn create_topics(
         }
         results.push(match outcome {
             Ok(id) => {
-                tracing::info!(topic = name, partitions, "created local topic");
+                if !request.validate_only {
+                    // DescribeConfigs answers them as the topic's own; the
+                    // shard's cleaner and retention follow them.
+                    handle.publish_topic_configs(&name, configs.clone());
+                }
+                tracing::info!(topic = name, partitions, ?configs, "created local topic");
                 result.with_topic_id(Uuid::from_bytes(if version >= 7 { id } else { [0; 16] }))
             }
             Err(refusal) => {
@@ -270,21 +282,40 @@ pub async fn create_topics(
     CreateTopicsResponse::default().with_topics(results)
 }
 
-/// Creates `partitions` of the local topic `topic` (id `id`), each on its
-/// owning shard with [`Registry::create_local`], in order: a crash between
-/// two leaves a topic with fewer partitions, which CreatePartitions grows.
+/// A CreateTopics request's configs for one topic, each checked as Kafka
+/// checks it (see [`topic_config::validate`]); INVALID_CONFIG with Kafka's
+/// message for the first that is not valid.
+fn topic_configs(configs: &[CreatableTopicConfig]) -> Result<TopicConfigMap, Refusal> {
+    configs
+        .iter()
+        .map(|c| {
+            let value = c.value.as_ref().map(|v| v.as_str());
+            topic_config::validate(c.name.as_str(), value).map_err(|message| (ec::INVALID_CONFIG, message))?;
+            Ok((c.name.to_string(), value.unwrap_or_default().to_owned()))
+        })
+        .collect()
+}
+
+/// Creates `partitions` of the local topic `topic` (id `id`, `configs`),
+/// each on its owning shard with [`Registry::create_local`], in order: a
+/// crash between two leaves a topic with fewer partitions, which
+/// CreatePartitions grows.
 async fn create_local_partitions(
     conn: &mut ClientConnection,
     topic: &str,
     id: [u8; 16],
+    configs: &TopicConfigMap,
     partitions: Range<i32>,
 ) -> Result<(), Refusal> {
     let shards = conn.access.links.shards();
     for partition in partitions {
         let tp = TopicPartition::new(topic, partition);
         let shard = shard_for(&tp, shards);
+        let configs = configs.clone();
         conn.access
-            .on(shard, move |registry| create_local_partition(registry, &tp, id))
+            .on(shard, move |registry| {
+                create_local_partition(registry, &tp, id, &configs)
+            })
             .await
             .ok_or((ec::KAFKA_STORAGE_ERROR, "shard has stopped".to_string()))??;
     }
@@ -296,7 +327,12 @@ async fn create_local_partitions(
 /// written) leaves a partition that the next start serves as unclaimed
 /// mirrored data: one that is unclaimed, empty, and has no topic id or
 /// this one is such a leftover, and its creation is completed here.
-fn create_local_partition(registry: &Registry, tp: &TopicPartition, id: [u8; 16]) -> Option<Result<(), Refusal>> {
+fn create_local_partition(
+    registry: &Registry,
+    tp: &TopicPartition,
+    id: [u8; 16],
+    configs: &TopicConfigMap,
+) -> Option<Result<(), Refusal>> {
     let storage_error = |message: String| (ec::KAFKA_STORAGE_ERROR, message);
     if let Some(existing) = registry.get(tp) {
         let leftover = {
@@ -314,7 +350,7 @@ fn create_local_partition(registry: &Registry, tp: &TopicPartition, id: [u8; 16]
             return Some(Err(storage_error(format!("close {tp}: {e}"))));
         }
     }
-    Some(registry.create_local(tp, id).map_err(storage_error))
+    Some(registry.create_local(tp, id, configs).map_err(storage_error))
 }
 
 /// How an existing partition stands for CreatePartitions.
@@ -404,7 +440,9 @@ async fn grow_topic(conn: &mut ClientConnection, topic: &str, count: i32, valida
     if validate_only {
         return Ok(());
     }
-    create_local_partitions(conn, topic, id.unwrap_or(entry.id), current..count).await
+    // The new partitions' markers keep the topic's configs too.
+    let configs = catalog.topic_configs(topic).cloned().unwrap_or_default();
+    create_local_partitions(conn, topic, id.unwrap_or(entry.id), &configs, current..count).await
 }
 
 /// InitProducerId for idempotent producers (no transactional id): a new

@@ -21,7 +21,7 @@ use crate::fetch::{
     mirror_ended, run_mirror,
 };
 use crate::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
-use crate::serve::registry::{ending_mirror, is_local_partition};
+use crate::serve::registry::{ending_mirror, is_local_partition, local_topic_configs};
 use crate::serve::{
     AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
     ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
@@ -323,7 +323,11 @@ impl Shard {
                     continue;
                 }
                 ShardCommand::ServePartition { tp } => {
-                    let mirror = (!is_local_partition(&self.log_dir, &tp)).then(|| UNCLAIMED_MIRROR.to_string());
+                    let local = is_local_partition(&self.log_dir, &tp);
+                    let mirror = (!local).then(|| UNCLAIMED_MIRROR.to_string());
+                    if local {
+                        self.publish_local_configs(&tp);
+                    }
                     if self.registry.get(&tp).is_none()
                         && let Err(e) = self
                             .open(&tp, None, mirror)
@@ -417,6 +421,20 @@ impl Shard {
         let served = ServedPartition::new(log, mirror);
         self.registry.register(tp.clone(), Rc::clone(&served));
         Ok(served)
+    }
+
+    /// Publishes the configs a local topic was created with (its
+    /// partition's marker) in the catalog; a marker without any (a topic
+    /// local by failover: the control plane publishes its synced configs)
+    /// changes nothing.
+    fn publish_local_configs(&self, tp: &TopicPartition) {
+        match local_topic_configs(&self.log_dir, tp) {
+            Ok(configs) if configs.is_empty() => {}
+            Ok(configs) => {
+                self.registry.catalog().publish_topic_configs(&tp.topic, configs);
+            }
+            Err(e) => tracing::warn!(partition = %tp, error = %e, "cannot read the local topic's configs"),
+        }
     }
 
     /// Completes an end of mirroring that a crash interrupted, above the

@@ -60,6 +60,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *     (key/value: {@code null} or {@code <length>:<sha256 prefix>}; headers:
  *     {@code k=<sha> ,…} or {@code -}), then {@code end <count>}</li>
  * <li>admin commands: {@code ok} or what they describe</li>
+ * <li>{@code streams-input}, {@code streams-count}: see {@link Streams};
+ *     {@code txn-zombie}, {@code txn-timeout}, {@code txn-hold}: see
+ *     {@link Transactions}; {@code group-member}: see {@link GroupMember}</li>
  * </ul>
  * Any failure prints the exception and exits 1.
  */
@@ -101,12 +104,12 @@ public final class Driver {
         }
     }
 
-    private String opt(String name, String fallback) {
+    String opt(String name, String fallback) {
         List<String> v = options.get(name);
         return v == null ? fallback : v.get(v.size() - 1);
     }
 
-    private String req(String name) {
+    String req(String name) {
         String v = opt(name, null);
         if (v == null) {
             throw new IllegalArgumentException("--" + name + " is required");
@@ -114,19 +117,19 @@ public final class Driver {
         return v;
     }
 
-    private boolean flag(String name) {
+    boolean flag(String name) {
         return options.containsKey(name);
     }
 
-    private List<String> all(String name) {
+    List<String> all(String name) {
         return options.getOrDefault(name, List.of());
     }
 
-    private int num(String name, int fallback) {
+    int num(String name, int fallback) {
         return Integer.parseInt(opt(name, Integer.toString(fallback)));
     }
 
-    private Properties common() {
+    Properties common() {
         Properties p = new Properties();
         p.setProperty(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, req("bootstrap"));
         p.putAll(extra);
@@ -147,6 +150,12 @@ public final class Driver {
             case "elect-leaders" -> electLeaders();
             case "commit-offsets" -> commitOffsets();
             case "interleaved-aborts" -> interleavedAborts();
+            case "streams-input" -> Streams.input(this);
+            case "streams-count" -> Streams.count(this);
+            case "txn-zombie" -> Transactions.zombie(this);
+            case "txn-timeout" -> Transactions.timeout(this);
+            case "txn-hold" -> Transactions.hold(this);
+            case "group-member" -> GroupMember.run(this);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -300,7 +309,9 @@ public final class Driver {
      * {@code --group G --committed}) at {@code --isolation
      * read_committed|read_uncommitted} until {@code --max} records or
      * {@code --idle-ms} without a record once it has partitions assigned;
-     * {@code --commit} commits what was read (with {@code --group}).
+     * {@code --commit} commits what was read (with {@code --group});
+     * {@code --keys}/{@code --values digest|string|long} say how keys and
+     * values are printed (digest by default).
      */
     private void consume() throws Exception {
         Properties p = common();
@@ -344,8 +355,9 @@ public final class Driver {
                 }
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     lastRecord = System.currentTimeMillis();
-                    System.out.println("record " + r.partition() + " " + r.offset() + " " + digest(r.key()) + " "
-                            + digest(r.value()) + " " + headers(r.headers().toArray()));
+                    System.out.println("record " + r.partition() + " " + r.offset() + " "
+                            + shown(r.key(), opt("keys", "digest")) + " " + shown(r.value(), opt("values", "digest")) + " "
+                            + headers(r.headers().toArray()));
                     next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                     if (++count >= max) {
                         break;
@@ -357,6 +369,23 @@ public final class Driver {
             }
         }
         System.out.println("end " + count);
+    }
+
+    /**
+     * A key or value as {@code --keys}/{@code --values} ask: {@code digest}
+     * (see {@link #digest}), {@code string} (UTF-8) or {@code long} (8 bytes,
+     * big-endian: Kafka's LongSerializer); {@code null} for none.
+     */
+    private static String shown(byte[] b, String as) throws Exception {
+        if (b == null) {
+            return "null";
+        }
+        return switch (as) {
+            case "string" -> new String(b, StandardCharsets.UTF_8);
+            case "long" -> Long.toString(java.nio.ByteBuffer.wrap(b).getLong());
+            case "digest" -> digest(b);
+            default -> throw new IllegalArgumentException("--keys/--values digest|string|long");
+        };
     }
 
     private static String digest(byte[] b) throws Exception {

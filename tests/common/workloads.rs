@@ -1,0 +1,532 @@
+//! Workloads Kafka runs, driven with Kafka's own libraries (the Java
+//! driver's `streams-count`, `txn-*` and `group-member` commands), for the
+//! tests that run them at Apache Kafka and at the agent
+//! (`tests/kafka_workloads.rs`, and `tests/kafka_failover_workloads.rs`
+//! after a failover): a Kafka Streams count with exactly-once processing
+//! and what its output must be, the transaction scenarios and what a
+//! cluster shows of them, a KIP-848 group's join, rebalance, commit and
+//! resume. Each scenario runs against any bootstrap address and returns
+//! what it saw, without what differs between two clusters (ids, times);
+//! the tests compare.
+//!
+//! It only drives clients and reads what they print; the cluster is the
+//! test binary's shared one ([`cluster`]), and every wait is bounded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use super::kafka::{Background, KafkaCluster, KafkaClusterSpec, driver, kafka_tool, spawn_driver};
+
+/// Bounds each wait of these tests on Kafka, the agent or a workload.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// Each test starts several JVMs (a Streams application, group members, a
+/// Connect worker) beside the cluster's four: one test at a time.
+static WORKLOADS: Mutex<()> = Mutex::new(());
+
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    WORKLOADS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn cluster() -> &'static KafkaCluster {
+    KafkaCluster::shared(|| {
+        KafkaClusterSpec::default()
+            // A timed-out transaction is aborted within a test's time.
+            .with("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500")
+            // KIP-848 members heartbeat (and learn of rebalances) quickly.
+            .with("group.consumer.min.heartbeat.interval.ms", "500")
+            .with("group.consumer.heartbeat.interval.ms", "500")
+            .with("group.consumer.min.session.timeout.ms", "6000")
+            .with("group.consumer.session.timeout.ms", "6000")
+    })
+}
+
+pub const TRANSACTIONS_COMMAND: &str = "org.apache.kafka.tools.TransactionsCommand";
+pub const GROUPS_COMMAND: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+
+/// A `record <partition> <offset> <key> <value> <headers>` line of the driver.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: String,
+    pub value: String,
+}
+
+pub fn records(lines: &[String]) -> Vec<Record> {
+    let mut out: Vec<Record> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("record "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Record {
+                partition: f[0].parse().expect("partition"),
+                offset: f[1].parse().expect("offset"),
+                key: f[2].to_owned(),
+                value: f.get(3).copied().unwrap_or_default().to_owned(),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every record of `topic` at `bootstrap` read at `isolation`, keys as
+/// strings and values as `values` (digest, string, long).
+pub fn read(bootstrap: &str, topic: &str, isolation: &str, values: &str) -> Vec<Record> {
+    records(&driver(
+        "consume",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--isolation",
+            isolation,
+            "--keys",
+            "string",
+            "--values",
+            values,
+            "--idle-ms",
+            "2500",
+        ],
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Kafka Streams with exactly-once processing
+// ---------------------------------------------------------------------------
+
+/// The number of distinct words in the Streams input (`w0`…`w6`).
+pub const WORDS: usize = 7;
+
+/// One Streams application and its topics: input and output created by
+/// the test, the repartition topic and the changelog by the application.
+pub struct StreamsApp {
+    pub app_id: String,
+    pub input: String,
+    pub output: String,
+}
+
+impl StreamsApp {
+    pub fn new(name: &str) -> Self {
+        Self {
+            app_id: format!("{name}-app"),
+            input: format!("{name}-in"),
+            output: format!("{name}-out"),
+        }
+    }
+
+    /// The topics Streams makes (`Streams.java`'s names).
+    pub fn internal_topics(&self) -> [String; 2] {
+        [
+            format!("{}-by-word-repartition", self.app_id),
+            format!("{}-counts-changelog", self.app_id),
+        ]
+    }
+
+    /// Starts the application against `bootstrap` with a fresh state dir
+    /// under `dir` (its host is new: everything restored from the
+    /// changelog), holding each record `delay_ms`, stopping after
+    /// `idle_ms` without one (0: until stopped).
+    pub fn start(&self, bootstrap: &str, dir: &Path, delay_ms: u32, idle_ms: u32) -> Background {
+        let state = tempfile::tempdir_in(dir).expect("state dir").keep();
+        spawn_driver(
+            "streams-count",
+            bootstrap,
+            &[
+                "--app-id",
+                &self.app_id,
+                "--input",
+                &self.input,
+                "--output",
+                &self.output,
+                "--state-dir",
+                state.to_str().expect("utf-8 path"),
+                "--record-delay-ms",
+                &delay_ms.to_string(),
+                "--idle-ms",
+                &idle_ms.to_string(),
+            ],
+        )
+    }
+
+    /// The input index `i` (key `k<i>`) of every input record at
+    /// `bootstrap`, by (partition, offset).
+    pub fn input_at(&self, bootstrap: &str) -> BTreeMap<(i32, i64), usize> {
+        read(bootstrap, &self.input, "read_uncommitted", "string")
+            .into_iter()
+            .map(|r| {
+                let i = r.key.strip_prefix('k').and_then(|i| i.parse().ok()).expect("key k<i>");
+                ((r.partition, r.offset), i)
+            })
+            .collect()
+    }
+
+    /// (word, count) of every output record read committed at `bootstrap`, sorted.
+    pub fn counts(&self, bootstrap: &str) -> Vec<(String, i64)> {
+        let mut counts: Vec<(String, i64)> = read(bootstrap, &self.output, "read_committed", "long")
+            .into_iter()
+            .map(|r| (r.key, r.value.parse().expect("a count")))
+            .collect();
+        counts.sort();
+        counts
+    }
+}
+
+/// Produces input records `from..to` at `bootstrap` (all at once).
+pub fn streams_input(bootstrap: &str, topic: &str, from: usize, to: usize) {
+    let lines = driver(
+        "streams-input",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--from",
+            &from.to_string(),
+            "--to",
+            &to.to_string(),
+            "--words",
+            &WORDS.to_string(),
+        ],
+    );
+    assert_eq!(lines.iter().filter(|l| l.starts_with("produced ")).count(), to - from);
+}
+
+/// What the application must output for the input indices `input`,
+/// whatever the order it saw them in: each word `w<i % WORDS>` with the
+/// counts 1…n, once each, for the n records of that word.
+pub fn expected_counts(input: impl IntoIterator<Item = usize>) -> Vec<(String, i64)> {
+    let mut per_word: BTreeMap<String, i64> = BTreeMap::new();
+    for i in input {
+        *per_word.entry(format!("w{}", i % WORDS)).or_default() += 1;
+    }
+    let mut out: Vec<(String, i64)> = per_word
+        .into_iter()
+        .flat_map(|(word, n)| (1..=n).map(move |c| (word.clone(), c)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The (word, count) pairs that appear more than once.
+pub fn duplicates(counts: &[(String, i64)]) -> Vec<(String, i64)> {
+    let mut seen = BTreeSet::new();
+    counts.iter().filter(|c| !seen.insert(*c)).cloned().collect()
+}
+
+/// How many input records the application has handed to its count step.
+pub fn processed(app: &Background) -> usize {
+    app.lines().iter().filter(|l| l.starts_with("processed ")).count()
+}
+
+// ---------------------------------------------------------------------------
+// Transactional producers
+// ---------------------------------------------------------------------------
+
+/// What a cluster shows of [`transaction_scenarios`], without what differs
+/// between any two clusters (producer ids, coordinator ids, times).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnView {
+    /// Keys read READ_COMMITTED from the scenarios' first offset, in order.
+    pub committed: Vec<String>,
+    /// How many records READ_UNCOMMITTED readers see from there.
+    pub uncommitted: usize,
+    /// The zombie's answer to its last send and commit: the first
+    /// exception's class.
+    pub zombie: String,
+    /// The coordinator's state for the timed-out transaction, and the
+    /// producer's answer to its late commit (the first exception's class).
+    pub timed_out: (String, String),
+    /// `kafka-transactions list`: state by transactional id (the scenarios' ids).
+    pub listed: BTreeMap<String, String>,
+    /// `kafka-transactions describe`: (state, timeout ms, partitions with
+    /// the topic's name as `<topic>`) by transactional id.
+    pub described: BTreeMap<String, (String, String, String)>,
+}
+
+/// The first exception class of a driver line `<prefix> <class>: <message>
+/// <- <cause class>: …` other than the future's ExecutionException.
+pub fn first_exception(line: &str, prefix: &str) -> String {
+    line.strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("no {prefix:?} in {line:?}"))
+        .split(" <- ")
+        .filter_map(|e| e.trim().split(':').next())
+        .find(|class| *class != "java.util.concurrent.ExecutionException")
+        .unwrap_or_else(|| panic!("no exception in {line:?}"))
+        .to_owned()
+}
+
+/// `kafka-transactions`' rows (a header line naming `TransactionalId`,
+/// then rows) as name → value maps; a last column left empty is "".
+pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .skip_while(|l| !l.split_whitespace().any(|n| n == "TransactionalId"));
+    let Some(header) = lines.next() else {
+        panic!("no kafka-transactions table in {text:?}");
+    };
+    let names: Vec<&str> = header.split_whitespace().collect();
+    lines
+        .map(|row| {
+            let values: Vec<&str> = row.split_whitespace().collect();
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| ((*n).to_owned(), values.get(i).copied().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs every transaction scenario against partition 0 of `topic` at
+/// `bootstrap` (records from `from_offset` on), with transactional ids
+/// `<TXN_PREFIX>-…`, in this order: a committed transaction, an aborted one,
+/// a zombie fenced by a newer producer with its id, one the coordinator
+/// aborts when it outlives its 2 s timeout, and one left open (its
+/// producer halts) — then reads the partition at both isolation levels
+/// and asks `kafka-transactions`.
+pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> TxnView {
+    let id = |name: &str| format!("{TXN_PREFIX}-{name}");
+    let produce = |name: &str, outcome: &str, keys: &str, count: &str, extra: &[&str]| {
+        let txn = id(name);
+        let mut args = vec![
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--transactional",
+            txn.as_str(),
+            "--txn",
+            outcome,
+            "--key-prefix",
+            keys,
+            "--count",
+            count,
+        ];
+        args.extend_from_slice(extra);
+        driver("produce", bootstrap, &args)
+    };
+    produce("commit", "commit", "c", "5", &[]);
+    produce("abort", "abort", "x", "4", &[]);
+    let zombie = driver(
+        "txn-zombie",
+        bootstrap,
+        &["--topic", topic, "--transactional", &id("zombie"), "--count", "3"],
+    );
+    let zombie = zombie
+        .iter()
+        .find(|l| l.starts_with("a-fenced ") || *l == "a-committed")
+        .cloned()
+        .unwrap_or_else(|| panic!("the zombie's outcome: {zombie:#?}"));
+    let timeout = driver(
+        "txn-timeout",
+        bootstrap,
+        &[
+            "--topic",
+            topic,
+            "--transactional",
+            &id("timeout"),
+            "--timeout-ms",
+            "2000",
+            "--count",
+            "2",
+        ],
+    );
+    let state = timeout
+        .iter()
+        .find_map(|l| l.strip_prefix("coordinator "))
+        .unwrap_or_else(|| panic!("the coordinator's state: {timeout:#?}"))
+        .to_owned();
+    let late_commit = timeout
+        .iter()
+        .find(|l| l.starts_with("commit-failed ") || *l == "committed")
+        .cloned()
+        .unwrap_or_else(|| panic!("the late commit: {timeout:#?}"));
+    produce("open", "open", "o", "2", &["--prop", "transaction.timeout.ms=900000"]);
+
+    let from =
+        |records: Vec<Record>| -> Vec<Record> { records.into_iter().filter(|r| r.offset >= from_offset).collect() };
+    let committed = from(read(bootstrap, topic, "read_committed", "digest"))
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    let uncommitted = from(read(bootstrap, topic, "read_uncommitted", "digest")).len();
+    let ids = ["commit", "abort", "zombie", "timeout", "open"].map(id);
+    let listed = table(&kafka_tool(TRANSACTIONS_COMMAND, bootstrap, &["list"]))
+        .into_iter()
+        .filter(|row| ids.contains(&row["TransactionalId"]))
+        .map(|row| (row["TransactionalId"].clone(), row["TransactionState"].clone()))
+        .collect();
+    let described = ids
+        .iter()
+        .map(|txn| {
+            let text = kafka_tool(
+                TRANSACTIONS_COMMAND,
+                bootstrap,
+                &["describe", "--transactional-id", txn],
+            );
+            let row = table(&text)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("describe {txn}: {text}"));
+            let partitions = row["TopicPartitions"].replace(topic, "<topic>");
+            (
+                txn.clone(),
+                (
+                    row["TransactionState"].clone(),
+                    row["TransactionTimeoutMs"].clone(),
+                    partitions,
+                ),
+            )
+        })
+        .collect();
+    TxnView {
+        committed,
+        uncommitted,
+        zombie: if zombie == "a-committed" {
+            zombie
+        } else {
+            first_exception(&zombie, "a-fenced")
+        },
+        timed_out: (
+            state,
+            if late_commit == "committed" {
+                late_commit
+            } else {
+                first_exception(&late_commit, "commit-failed")
+            },
+        ),
+        listed,
+        described,
+    }
+}
+
+/// The transactional ids of [`transaction_scenarios`] are `<TXN_PREFIX>-…`
+/// at every cluster, so that their views compare.
+pub const TXN_PREFIX: &str = "wl-txn";
+
+/// The scenarios at Kafka, run once per test binary: what the agent must show.
+pub fn kafka_txn_view() -> &'static TxnView {
+    static VIEW: OnceLock<TxnView> = OnceLock::new();
+    VIEW.get_or_init(|| {
+        let c = cluster();
+        c.create_topic("wl-txn-ref", 1, &[]);
+        transaction_scenarios(&c.bootstrap, "wl-txn-ref", 0)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Consumer groups on KIP-848's protocol
+// ---------------------------------------------------------------------------
+
+/// The partitions of a member's last `assigned …` line (empty: none yet).
+pub fn assignment(member: &Background) -> BTreeSet<i32> {
+    member
+        .lines()
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("assigned "))
+        .map(|a| a.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+pub fn wait_assigned(member: &Background, what: &str, wanted: impl Fn(&BTreeSet<i32>) -> bool) -> BTreeSet<i32> {
+    super::wait_until(DEADLINE, what, || {
+        let a = assignment(member);
+        if wanted(&a) {
+            Ok(a)
+        } else {
+            Err(format!("{a:?}: {:?}", member.lines().last()))
+        }
+    })
+}
+
+/// A JVM stopped by SIGTERM exits 143 once its shutdown hooks are done.
+pub fn stopped_cleanly(status: std::process::ExitStatus) -> bool {
+    status.success() || status.code() == Some(128 + libc::SIGTERM)
+}
+
+pub fn start_member(bootstrap: &str, group: &str, topic: &str, extra: &[&str]) -> Background {
+    let mut args = vec!["--group", group, "--topic", topic, "--protocol", "consumer"];
+    args.extend_from_slice(extra);
+    spawn_driver("group-member", bootstrap, &args)
+}
+
+/// (partition, offset) of a member's `record` lines.
+pub fn member_records(lines: &[String]) -> Vec<(i32, i64)> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("record "))
+        .map(|l| {
+            let mut f = l.split(' ');
+            (
+                f.next().and_then(|p| p.parse().ok()).expect("partition"),
+                f.next().and_then(|o| o.parse().ok()).expect("offset"),
+            )
+        })
+        .collect()
+}
+
+/// A KIP-848 group on `topic` (4 partitions, `first` records already in
+/// it) at `bootstrap`: member A joins and takes every partition; B joins
+/// and the partitions are shared; B leaves and A takes them all again; 40
+/// more records are read by A, which commits and leaves; 30 more, and a
+/// new member C resumes from the committed offsets. Returns every
+/// (partition, offset) read, by any member, in the order read per member.
+pub fn kip848_join_rebalance_commit_resume(bootstrap: &str, topic: &str, group: &str) -> Vec<(i32, i64)> {
+    let all: BTreeSet<i32> = (0..4).collect();
+    let a = start_member(bootstrap, group, topic, &[]);
+    wait_assigned(&a, "A holds every partition", |p| *p == all);
+    let b = start_member(bootstrap, group, topic, &[]);
+    let shared = wait_assigned(&b, "B gets a share", |p| !p.is_empty());
+    wait_assigned(&a, "A gives up B's share", |p| p.is_disjoint(&shared) && !p.is_empty());
+    let (status, b_lines) = b.terminate(DEADLINE);
+    assert!(stopped_cleanly(status), "B left cleanly: {status} {b_lines:#?}");
+    assert_eq!(b_lines.last().map(String::as_str), Some("closed"));
+    wait_assigned(&a, "A takes every partition back", |p| *p == all);
+    let more = driver(
+        "produce",
+        bootstrap,
+        &["--topic", topic, "--count", "40", "--idempotent"],
+    );
+    let more: BTreeSet<(i32, i64)> = more
+        .iter()
+        .filter_map(|l| l.strip_prefix("produced "))
+        .map(|l| {
+            let (p, o) = l.split_once(' ').expect("partition offset");
+            (p.parse().expect("partition"), o.parse().expect("offset"))
+        })
+        .collect();
+    super::wait_until(DEADLINE, "A reads and commits the new records", || {
+        let read: BTreeSet<(i32, i64)> = member_records(&a.lines()).into_iter().collect();
+        if read.is_superset(&more) {
+            Ok(())
+        } else {
+            Err(format!("{} of 40", more.intersection(&read).count()))
+        }
+    });
+    // A member stops between polls, after committing what it read.
+    let (status, a_lines) = a.terminate(DEADLINE);
+    assert!(stopped_cleanly(status), "A left cleanly: {status}");
+    driver(
+        "produce",
+        bootstrap,
+        &["--topic", topic, "--count", "30", "--idempotent"],
+    );
+    let c = start_member(bootstrap, group, topic, &["--idle-ms", "3000"]);
+    let (status, c_lines) = c.wait_exit(DEADLINE);
+    assert!(status.success(), "C: {status} {c_lines:#?}");
+    let mut read = member_records(&a_lines);
+    read.extend(member_records(&b_lines));
+    let resumed = member_records(&c_lines);
+    assert_eq!(
+        resumed.len(),
+        30,
+        "C resumes from the committed offsets: only the 30 new records"
+    );
+    read.extend(resumed);
+    read
+}
