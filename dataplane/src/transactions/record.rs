@@ -407,7 +407,8 @@ mod tests {
     const T0: i64 = 1_700_000_000_000;
 
     /// Records written by Kafka 4.3.1's own `TransactionLog.valueToBytes`
-    /// (tests/kafka's `TxnLogVectors`).
+    /// (tests/kafka's `TxnLogVectors`; `tests/kafka_transaction_log.rs`
+    /// compares the whole run with Kafka's classes).
     const KAFKA_INIT: &str =
         "000100000000000003e800000000ea6000000000018bcfe56801ffffffffffffffff01000800000000000003e8";
     const KAFKA_ADD_ONE: &str = "000100000000000003e800000000ea600102076f72646572730200000000000000018bcfe568020000018bcfe5680201000800000000000003e8";
