@@ -3,7 +3,8 @@
 # seconds as $1, e.g. `scripts/fuzz.sh 3600` for a long soak). The targets
 # cover every decoder that reads bytes from the network or disk: record
 # batches, Fetch responses, segment recovery, the requests clients send
-# the listener, and DescribeClusterMirrors answers from peers (`cargo fuzz
+# the listener, DescribeClusterMirrors answers from peers, and the
+# transaction coordinator's `__transaction_state` records (`cargo fuzz
 # list` finds them all). cargo-fuzz needs nightly
 # features; RUSTC_BOOTSTRAP lets the stable toolchain provide them.
 set -euo pipefail

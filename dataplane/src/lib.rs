@@ -5,6 +5,8 @@
 //! * [`log`] is the partition log in Kafka's on-disk format: segments,
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`serve`] is the Kafka-protocol listener clients read the logs through.
+//! * [`transactions`] is the transaction coordinator's core (Kafka's
+//!   transactions for the writable topics).
 //! * [`sasl`] is SASL authentication (PLAIN, SCRAM), ours to sources and
 //!   our listener's; [`transport`] is a TCP stream in clear or under TLS.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
@@ -24,5 +26,6 @@ pub mod log;
 pub mod sasl;
 pub mod serve;
 pub mod shard;
+pub mod transactions;
 pub mod transport;
 pub mod wire;

@@ -1,4 +1,6 @@
-//! Zig-zag varints as Kafka's record format uses them (protobuf style).
+//! Zig-zag varints as Kafka's record format uses them (protobuf style),
+//! and the unsigned ones under them (which Kafka's flexible-version
+//! messages use for lengths and tags).
 //!
 //! Decoders take a cursor and fail on truncation or overlong encodings
 //! instead of panicking: these bytes come from the network and from disk.
@@ -10,7 +12,9 @@ pub struct VarintError {
     pub position: usize,
 }
 
-fn read_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64, VarintError> {
+/// Reads an unsigned varint of at most `max_bytes` bytes (5 for Kafka's
+/// UNSIGNED_VARINT, 10 for a u64).
+pub fn read_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64, VarintError> {
     let start = *pos;
     let mut value: u64 = 0;
     for i in 0..max_bytes {
@@ -40,7 +44,7 @@ pub fn read_varlong(buf: &[u8], pos: &mut usize) -> Result<i64, VarintError> {
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
 
-fn write_unsigned(out: &mut Vec<u8>, mut value: u64) {
+pub fn write_unsigned(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
         value >>= 7;
