@@ -85,6 +85,19 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 if [ ! -d tests/kafkajs/node_modules/kafkajs ] || [ tests/kafkajs/package-lock.json -nt tests/kafkajs/node_modules ]; then
   echo "setup: installing KafkaJS (npm ci, tests/kafkajs)"
-  (cd tests/kafkajs && npm ci --no-audit --no-fund --silent)
+  # Retried: a registry hiccup must not fail the whole run; the last try's
+  # errors are printed (npm's --silent hid why a CI run stopped here).
+  npm_tries_max=3
+  for try in $(seq 1 "$npm_tries_max"); do
+    if (cd tests/kafkajs && npm ci --no-audit --no-fund --loglevel=error); then
+      break
+    fi
+    if [ "$try" -eq "$npm_tries_max" ]; then
+      echo "setup: npm ci failed $npm_tries_max times in tests/kafkajs" >&2
+      exit 1
+    fi
+    echo "setup: npm ci failed (try $try of $npm_tries_max), trying again in $((try * 5)) s" >&2
+    sleep $((try * 5))
+  done
 fi
 echo "setup: done"
