@@ -31,6 +31,14 @@ pub enum LogError {
     /// cluster id in MIRROR_PID_RESET).
     #[error(transparent)]
     FieldTooLong(#[from] crate::limits::TooLong),
+    /// Cutting, sealing or a synchronous append while writes are in flight:
+    /// the caller completes them first (they would land in a cut file).
+    #[error("{count} segment writes are still in flight")]
+    WritesInFlight { count: usize },
+    /// A segment write failed earlier: the writes after it would leave a
+    /// hole, so the log takes no more appends.
+    #[error("an earlier segment write failed: {reason}")]
+    WriteFailed { reason: String },
     #[error("partition {path} belongs to topic id {on_disk}, not {requested}")]
     TopicIdMismatch {
         path: PathBuf,

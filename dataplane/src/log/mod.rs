@@ -16,6 +16,7 @@
 //! the offset after the last whole batch; nothing below the log start offset
 //! is served; after a crash only the longest valid prefix survives.
 
+mod async_append;
 mod checkpoint;
 mod cleaner;
 mod cleaner_checkpoint;
@@ -34,6 +35,7 @@ mod provenance;
 mod segment;
 mod txn_index;
 
+pub use async_append::{BeginWrite, WRITES_IN_FLIGHT_MAX, WriteTarget};
 pub use cleaner::{CleanOptions, CleanReport, SwapStep};
 pub use compacted::{CompactedLog, KeyedRecord};
 pub use config::{CleanupPolicy, LogConfig};

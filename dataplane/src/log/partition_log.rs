@@ -17,6 +17,7 @@ use crate::batch::{
     BatchIter, BatchSummary, NO_PARTITION_LEADER_EPOCH, RecordBatch, Validation, decode_records, validate_batches,
 };
 
+use super::async_append::InFlightWrites;
 use super::checkpoint::{read_partition_metadata, topic_id_to_string, write_partition_metadata};
 use super::config::LogConfig;
 use super::epoch_cache::LeaderEpochCache;
@@ -130,9 +131,10 @@ pub struct PartitionLog {
     /// By base offset; the last one is active.
     pub(super) segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
-    next_offset: i64,
+    /// The log end readers see: after the last batch whose bytes are in the file.
+    pub(super) next_offset: i64,
     recovery_point: i64,
-    epochs: LeaderEpochCache,
+    pub(super) epochs: LeaderEpochCache,
     pub(super) producers: ProducerState,
     unflushed_records: u64,
     last_flush_ms: u64,
@@ -142,6 +144,9 @@ pub struct PartitionLog {
     /// Which source's batches the log holds, and whether anything was
     /// written here since (`mirror-source.checkpoint`); `None`: not known.
     pub(super) provenance: Option<Provenance>,
+    /// Writes handed out by [`PartitionLog::begin_write`] whose bytes are
+    /// not known to be in the file yet.
+    pub(super) writes: InFlightWrites,
 }
 
 impl PartitionLog {
@@ -171,6 +176,7 @@ impl PartitionLog {
             last_flush_ms: opts.now_ms,
             first_dirty_offset: opts.log_start_offset.max(0),
             provenance,
+            writes: InFlightWrites::default(),
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -230,14 +236,14 @@ impl PartitionLog {
         }
     }
 
-    fn active(&self) -> &Segment {
+    pub(super) fn active(&self) -> &Segment {
         self.segments
             .values()
             .next_back()
             .expect("a log always has an active segment")
     }
 
-    fn active_mut(&mut self) -> &mut Segment {
+    pub(super) fn active_mut(&mut self) -> &mut Segment {
         self.segments
             .values_mut()
             .next_back()
@@ -325,6 +331,12 @@ impl PartitionLog {
             }
             if lost > 0 {
                 segment.truncate_to_position(valid_bytes as u64, self.config.max_batch_bytes)?;
+                if is_last && !only_reserved_zeros {
+                    // Writes complete out of order: whole batches may sit
+                    // behind the hole. Left in place, they could pass for
+                    // the log's continuation in a later recovery.
+                    segment.zero_tail(valid_bytes as u64, file_len);
+                }
             }
             self.segments.insert(base, segment);
             if lost > 0 && !only_reserved_zeros {
@@ -442,7 +454,7 @@ impl PartitionLog {
 
     /// Rolls first if a batch of `size` bytes ending at `last_offset` does
     /// not belong in the active segment.
-    fn roll_if_needed(&mut self, size: u64, base_offset: i64, last_offset: i64, now_ms: u64) -> Result<()> {
+    pub(super) fn roll_if_needed(&mut self, size: u64, base_offset: i64, last_offset: i64, now_ms: u64) -> Result<()> {
         if !self.active().should_roll(0, size, last_offset, now_ms, &self.config) {
             return Ok(());
         }
@@ -489,6 +501,7 @@ impl PartitionLog {
     /// above the log end offset; otherwise nothing is appended. Runs of
     /// batches that belong in the same segment go in with one pwrite.
     pub fn append(&mut self, batches: &[u8], now_ms: u64) -> Result<AppendInfo> {
+        self.check_no_writes_in_flight()?;
         let max_batch_bytes = self.config.max_batch_bytes;
         let mut expected = self.next_offset;
         let mut iter = BatchIter::new(batches, max_batch_bytes);
@@ -541,29 +554,36 @@ impl PartitionLog {
             }
             let config = self.config;
             self.active_mut().write_tail(&rest[..run], &config)?;
-            for item in BatchIter::new(&rest[..run], max_batch_bytes) {
-                let (_, batch) = item.expect("framed above");
-                let facts = BatchFacts::of(&batch);
-                let records = batch.records_count();
-                self.commit_facts(
-                    &facts,
-                    batch.partition_leader_epoch(),
-                    batch.size_bytes() as u64,
-                    records,
-                    now_ms,
-                )?;
-                if info.batches == 0 {
-                    info.first_offset = facts.base_offset;
-                }
-                info.last_offset = facts.last_offset;
-                info.batches += 1;
-                info.records += u64::try_from(records).unwrap_or(0);
-                info.bytes += batch.size_bytes() as u64;
-            }
+            self.commit_written(&rest[..run], &mut info, now_ms)?;
             pos += run;
         }
         self.maybe_flush(now_ms)?;
         Ok(info)
+    }
+
+    /// Commits `written`, whole framed batches now in the file at the
+    /// active segment's committed end, and adds them to `info`.
+    pub(super) fn commit_written(&mut self, written: &[u8], info: &mut AppendInfo, now_ms: u64) -> Result<()> {
+        for item in BatchIter::new(written, self.config.max_batch_bytes) {
+            let (_, batch) = item.expect("framed before writing");
+            let facts = BatchFacts::of(&batch);
+            let records = batch.records_count();
+            self.commit_facts(
+                &facts,
+                batch.partition_leader_epoch(),
+                batch.size_bytes() as u64,
+                records,
+                now_ms,
+            )?;
+            if info.batches == 0 {
+                info.first_offset = facts.base_offset;
+            }
+            info.last_offset = facts.last_offset;
+            info.batches += 1;
+            info.records += u64::try_from(records).unwrap_or(0);
+            info.bytes += batch.size_bytes() as u64;
+        }
+        Ok(())
     }
 
     /// Room for `len` bytes at the active segment's tail, reserved on disk
@@ -571,6 +591,7 @@ impl PartitionLog {
     /// `len` more bytes would overflow the segment. Nothing is committed
     /// until [`commit_tail`](Self::commit_tail).
     pub fn tail_mut(&mut self, len: usize, now_ms: u64) -> Result<&mut [u8]> {
+        self.check_no_writes_in_flight()?;
         let active = self.active();
         let time_up = active
             .first_append_ms
@@ -818,6 +839,7 @@ impl PartitionLog {
     /// Removes every batch holding an offset ≥ `offset`. A batch straddling
     /// `offset` goes whole, so the log end may end up below `offset`.
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        self.check_no_writes_in_flight()?;
         if offset >= self.next_offset {
             return Ok(());
         }
@@ -888,6 +910,7 @@ impl PartitionLog {
 
     /// Deletes everything and starts an empty log whose start and end are `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        self.check_no_writes_in_flight()?;
         tracing::info!(dir = %self.dir.display(), offset, "truncating log fully");
         while let Some((_, segment)) = self.segments.pop_first() {
             segment.delete()?;
@@ -986,6 +1009,7 @@ impl PartitionLog {
     /// Clean close: flush, trim the active segment and its indexes, and
     /// snapshot producer state at the log end, so the next open skips recovery.
     pub fn close(mut self, now_ms: u64) -> Result<()> {
+        self.check_no_writes_in_flight()?;
         self.flush(now_ms)?;
         self.active_mut().seal()?;
         self.producers.write_snapshot(&self.dir, self.next_offset)?;

@@ -268,6 +268,13 @@ impl Segment {
             .map_err(LogError::io("write", &self.log_path))
     }
 
+    /// Reserves disk (and index room) for `len` bytes at `position`, at
+    /// or after the committed end, for a write that someone else carries out.
+    pub(crate) fn reserve_write(&mut self, position: u64, len: u64, config: &LogConfig) -> Result<()> {
+        debug_assert!(position >= self.size);
+        self.reserve_to(position + len, config, false)
+    }
+
     /// Zeroes [from, to) of the active segment's reserved space (bytes that
     /// were received or truncated but are not part of the log).
     pub(crate) fn zero_tail(&mut self, from: u64, to: u64) {
