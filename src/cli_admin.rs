@@ -278,8 +278,8 @@ pub struct CreateArgs {
     /// is stopped [default: 120000].
     #[arg(long, value_name = "MS")]
     pub topic_deletion_confirm_ms: Option<u64>,
-    /// How record bytes reach the log [default: aligned_copy].
-    #[arg(long, value_parser = ["aligned_copy", "mmap"])]
+    /// How record bytes reach the log [default: uring].
+    #[arg(long, value_parser = ["uring", "aligned_copy", "mmap"])]
     pub ingest: Option<String>,
     /// How the source is reached [default: plaintext].
     #[arg(long, value_parser = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"])]

@@ -390,7 +390,7 @@ backup-eu  eu:9092                -                        0
             "created:           2024-02-29 12:34:56 UTC",
             "topics include:    pay.*",
             "topics mirrored:   orders, payments",
-            "ingest:            aligned_copy",
+            "ingest:            uring",
             "last sync:         never",
             "groups:            .* (exclude: -)",
             "groups synced:     2024-02-29 12:34:56 UTC",

@@ -59,7 +59,8 @@ pub struct MirrorConfig {
     #[serde(default = "default_topic_deletion_confirm_ms")]
     pub topic_deletion_confirm_ms: u64,
     /// How record bytes reach the log: "mmap" (received straight into the
-    /// segment) or "aligned_copy" (a page-aligned buffer, then one copy).
+    /// segment), "aligned_copy" (a page-aligned buffer, then one copy) or
+    /// "uring" (as aligned_copy, the copy done by the kernel via io_uring).
     #[serde(default)]
     pub ingest: IngestMode,
     /// How we reach the source, as Kafka's `security.protocol`:

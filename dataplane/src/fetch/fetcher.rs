@@ -27,6 +27,7 @@ use crate::client::{
 use crate::log::TopicPartition;
 use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
 
+use super::append_ring::AppendRing;
 use super::control::{Directive, Directives};
 use super::destination_epoch;
 use super::divergence::{self, CheckOutcome, DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, PendingCheck};
@@ -160,6 +161,8 @@ pub(crate) struct Fetcher {
     pub appended: Arc<Event>,
     /// Shared by the mirror's fetchers on this shard; drained by the supervisor.
     pub stats: Rc<RefCell<FetchStats>>,
+    /// The shard's io_uring ring, when appends go through it.
+    pub append_ring: Option<Rc<AppendRing>>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -171,7 +174,17 @@ struct AfterResponse {
 
 impl Fetcher {
     fn give_back(&self, partition: MirrorPartition, reason: ReturnReason) {
+        // Whoever takes it next (or closes it) finds its writes all in.
+        self.settle_writes(&partition);
         self.returns.borrow_mut().push(Returned { partition, reason });
+    }
+
+    /// Completes the partition's segment writes in flight: before anything
+    /// but an append touches its log (a cut, a divergence check, a close).
+    fn settle_writes(&self, p: &MirrorPartition) {
+        if let Some(ring) = &self.append_ring {
+            ring.drain(&p.served);
+        }
     }
 
     pub(crate) async fn run(self) {
@@ -218,6 +231,12 @@ impl Fetcher {
                     }
                 },
             };
+            for p in partitions
+                .iter()
+                .filter(|p| p.needs_truncation_check || p.divergence_check.is_some())
+            {
+                self.settle_writes(p);
+            }
             if let Err(e) = self.converge_new_partitions(c, &mut partitions).await {
                 tracing::warn!(broker = self.broker_id, error = %e, "truncation check failed; reconnecting");
                 conn = None;
@@ -348,6 +367,7 @@ impl Fetcher {
     /// Cuts the log to `target` to converge with the source; the bytes of
     /// batches cut (0 when nothing was).
     fn truncate(&self, p: &mut MirrorPartition, target: i64, reason: &'static str) -> u64 {
+        self.settle_writes(p);
         if target >= p.log().log_end_offset() {
             return 0;
         }
@@ -510,9 +530,9 @@ impl Fetcher {
         let round = session.round;
         for p in partitions.iter().filter(|p| p.fetchable()) {
             let sent = SentPartition {
-                fetch_offset: p.log().log_end_offset(),
+                fetch_offset: p.log().append_end_offset(),
                 current_leader_epoch: p.fetch_epoch,
-                last_fetched_epoch: p.log().epoch_cache().latest().map_or(-1, |e| e.epoch),
+                last_fetched_epoch: p.log().append_last_epoch().unwrap_or(-1),
                 topic_id: p.key.topic_id,
                 partition_max_bytes: s.fetch_partition_max_bytes,
             };
@@ -677,6 +697,11 @@ impl Fetcher {
         let now = now_ms();
         self.check_destination_epoch(p);
         let ingest = self.settings.get().ingest;
+        let ring = self.append_ring.as_deref().filter(|_| ingest == IngestMode::Uring);
+        if ring.is_none() {
+            // `mirror update` may have switched away from the ring.
+            self.settle_writes(p);
+        }
         match ingest {
             IngestMode::Mmap => {
                 let mut log = p.log_mut();
@@ -691,15 +716,16 @@ impl Fetcher {
                 };
                 c.read_exact_into(tail).await?;
             }
-            IngestMode::AlignedCopy => c.read_exact_into(scratch.get_mut(len)).await?,
+            IngestMode::AlignedCopy | IngestMode::Uring => c.read_exact_into(scratch.get_mut(len)).await?,
         }
+        // The batches go after the writes in flight, if any.
         let (log_end, max_batch_bytes, last_epoch, empty) = {
             let log = p.log();
             (
-                log.log_end_offset(),
+                log.append_end_offset(),
                 log.config().max_batch_bytes,
-                log.epoch_cache().latest().map(|e| e.epoch),
-                log.log_start_offset() == log.log_end_offset(),
+                log.append_last_epoch(),
+                log.log_start_offset() == log.append_end_offset(),
             )
         };
         let in_place = ingest == IngestMode::Mmap;
@@ -735,10 +761,13 @@ impl Fetcher {
                 }
                 let committed = match &mut mmap_log {
                     Some(log) => log.commit_tail(range.valid_bytes, len, now).map(drop),
-                    None => p
-                        .log_mut()
-                        .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
-                        .map(drop),
+                    None => match ring {
+                        Some(ring) => ring.append(&p.served, scratch, skip..skip + range.valid_bytes, now),
+                        None => p
+                            .log_mut()
+                            .append(&scratch.get_mut(len)[skip..skip + range.valid_bytes], now)
+                            .map(drop),
+                    },
                 };
                 drop(mmap_log);
                 (range, committed)
@@ -886,6 +915,7 @@ impl Fetcher {
                 p.high_watermark = fields.high_watermark;
                 if fields.log_start_offset > p.log().log_start_offset() {
                     // Retention at the source: follow its log start.
+                    self.settle_writes(p);
                     let result = p.log_mut().advance_log_start(fields.log_start_offset);
                     if let Err(e) = result {
                         self.stop_partition(p, StopReason::LogFailed { error: e.to_string() });
@@ -925,6 +955,7 @@ impl Fetcher {
         let mut give_back = after.give_back;
         for &i in &after.out_of_range {
             let p = &mut partitions[i];
+            self.settle_writes(p);
             let earliest = list_offset(c, p.tp(), p.fetch_epoch, EARLIEST_TIMESTAMP).await?;
             let latest = list_offset(c, p.tp(), p.fetch_epoch, LATEST_TIMESTAMP).await?;
             match (earliest, latest) {

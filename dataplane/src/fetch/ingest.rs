@@ -1,10 +1,12 @@
-//! The two ways record bytes can travel from the socket into the log, kept
+//! The ways record bytes can travel from the socket into the log, kept
 //! side by side so they can be measured against each other on the same
 //! machine (perf/RESULTS.md): straight into the mapped tail of the active
 //! segment, or into a page-aligned buffer and then written once into the
-//! segment with pwrite. Measured here, the second wins: a first store into
-//! fresh mapped pages costs a zero-fill and a write fault per page (over
-//! half of the agent's CPU), which pwrite into the page cache does not.
+//! segment — with pwrite on the shard's core, or through the shard's
+//! io_uring ring by the kernel's workers. Measured here, the buffered ways
+//! win: a first store into fresh mapped pages costs a zero-fill and a write
+//! fault per page (over half of the agent's CPU), which a write into the
+//! page cache does not.
 
 /// How a fetcher receives record bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -13,8 +15,12 @@ pub enum IngestMode {
     /// recv straight into the active segment's mapped tail; validate in place.
     Mmap,
     /// recv into a page-aligned buffer, validate there, pwrite whole batches in.
-    #[default]
     AlignedCopy,
+    /// As `AlignedCopy`, but the write goes through the shard's io_uring
+    /// ring and the shard receives on meanwhile; the log end moves when
+    /// the write (and every one before it) is done.
+    #[default]
+    Uring,
 }
 
 const PAGE_BYTES: usize = 4096;

@@ -5,12 +5,14 @@
 //! each partition to the [`fetcher`] of its leader broker; a fetcher owns
 //! one connection and the partitions it fetches, reads each Fetch response
 //! as a stream and receives record bytes straight into the log tail,
-//! validates them in place and commits whole batches. A partition that
+//! validates them in place and commits whole batches (or hands the write
+//! to the shard's io_uring ring, [`append_ring`], and commits when it is done). A partition that
 //! meets an error goes back to the supervisor, which refreshes metadata and
 //! places it again after a jittered backoff. After a source leader-epoch
 //! change the fetcher compares our last batches with the source's
 //! ([`divergence`]) before it fetches on.
 
+mod append_ring;
 mod control;
 pub mod destination_epoch;
 mod divergence;

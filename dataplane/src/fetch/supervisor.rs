@@ -14,6 +14,7 @@ use event_listener::Event;
 use crate::client::{Connection, ConnectionOptions};
 use crate::serve::Registry;
 
+use super::append_ring::AppendRing;
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::divergence::{PendingCheck, VerifyOutcome, VerifySource, verify_partition};
 use super::events::{ShardEventSink, StateEvent, TelemetryEvent};
@@ -528,6 +529,9 @@ impl Supervisor {
                         directives: Rc::clone(&self.directives),
                         appended: Arc::clone(&self.appended),
                         stats: Rc::clone(&self.stats),
+                        append_ring: (self.settings.get().ingest == IngestMode::Uring)
+                            .then(|| AppendRing::for_this_shard(&self.appended))
+                            .flatten(),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);

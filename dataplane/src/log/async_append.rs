@@ -169,7 +169,13 @@ impl PartitionLog {
             last_offset: self.next_offset - 1,
             ..Default::default()
         };
-        self.commit_written(bytes, &mut info, now_ms)?;
+        if let Err(error) = self.commit_written(bytes, &mut info, now_ms) {
+            // Half-committed: nothing after it may go in.
+            self.writes.failed = Some(error.to_string());
+            self.writes.writes.clear();
+            self.writes.bytes = 0;
+            return Err(error);
+        }
         debug_assert_eq!(self.next_offset, write.end_offset);
         self.maybe_flush(now_ms)?;
         Ok(info)
