@@ -98,13 +98,23 @@ fn config() -> LogConfig {
     }
 }
 
-#[test]
-fn a_full_disk_when_an_index_crosses_a_page_is_an_error_and_loses_nothing() {
+/// Runs `f` on a thread of its own with a 4 MiB tmpfs mounted at the
+/// directory it is given.
+fn on_a_small_disk(f: impl FnOnce(&Path) + Send + 'static) {
     let tmp = tempfile::tempdir().unwrap();
     let disk = tmp.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
     std::thread::spawn(move || {
         mount_small_tmpfs(&disk, 4096);
+        f(&disk)
+    })
+    .join()
+    .expect("the log thread");
+}
+
+#[test]
+fn a_full_disk_when_an_index_crosses_a_page_is_an_error_and_loses_nothing() {
+    on_a_small_disk(move |disk| {
         let dir = disk.join("t-0");
         let (mut log, _) = PartitionLog::open(OpenOptions::new(&dir, config())).unwrap();
         log.append(&batch(0, 1_000), 1).unwrap();
@@ -143,7 +153,92 @@ fn a_full_disk_when_an_index_crosses_a_page_is_an_error_and_loses_nothing() {
                 .expect("a timestamp in the log");
             assert_eq!(found.offset, offset, "time index lookup of offset {offset}");
         }
-    })
-    .join()
-    .expect("the log thread");
+    });
+}
+
+/// The io_uring path: [`PartitionLog::begin_write`] reserves the room of a
+/// write before anyone writes it, so a full disk refuses the write there;
+/// the writes already handed out (their room reserved) still land and
+/// commit, and nothing acknowledged is lost. The kernel's side is played by
+/// pwrite into the target, as the ring's workers would.
+#[test]
+fn a_full_disk_refuses_a_ring_write_before_it_is_written_and_loses_nothing() {
+    use std::os::unix::fs::FileExt;
+
+    use ringmirror_dataplane::log::{BeginWrite, WriteTarget};
+
+    const IN_FLIGHT: usize = 4;
+    let big_batch = |base_offset: i64| {
+        BatchBuilder {
+            base_offset,
+            records: vec![BuildRecord {
+                timestamp: 1_000 + base_offset,
+                value: Some(vec![base_offset as u8; 20_000]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .build()
+    };
+    let config = LogConfig {
+        preallocate_bytes: 64 * 1024,
+        prefault_bytes: 0,
+        ..LogConfig::default()
+    };
+    let write_and_complete = |log: &mut PartitionLog, (target, bytes): (WriteTarget, Vec<u8>)| {
+        target.file.write_all_at(&bytes, target.position).unwrap();
+        log.complete_oldest_write(target.seq, Ok(bytes.len()), &bytes, 1)
+            .unwrap();
+    };
+    on_a_small_disk(move |disk| {
+        let dir = disk.join("t-0");
+        let (mut log, _) = PartitionLog::open(OpenOptions::new(&dir, config)).unwrap();
+        // The first write reserves `preallocate_bytes` ahead; then the disk fills.
+        let first = big_batch(0);
+        match log.begin_write(&first, 1).unwrap() {
+            BeginWrite::Ready(target) => write_and_complete(&mut log, (target, first)),
+            other => panic!("unexpected {other:?}"),
+        }
+        fill(&disk.join("ballast"));
+
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut begun = 1i64;
+        let error = loop {
+            assert!(begun < 1_000, "the disk never filled");
+            let bytes = big_batch(begun);
+            match log.begin_write(&bytes, 1) {
+                Ok(BeginWrite::Ready(target)) => in_flight.push_back((target, bytes)),
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(e) => break e,
+            }
+            begun += 1;
+            if in_flight.len() == IN_FLIGHT {
+                write_and_complete(&mut log, in_flight.pop_front().unwrap());
+            }
+        };
+        assert!(error.is_disk_full(), "want a full-disk error, got {error}");
+        assert!(begun > 2, "failed before the reserved room was used: {begun}");
+        assert_eq!(log.append_end_offset(), begun, "the refused write is not planned");
+        // What was handed out had its room: it lands and commits.
+        while let Some(write) = in_flight.pop_front() {
+            write_and_complete(&mut log, write);
+        }
+        assert_eq!(log.log_end_offset(), begun, "every handed-out write committed");
+
+        // Space comes back: the refused batch goes in; everything reads back.
+        std::fs::remove_file(disk.join("ballast")).unwrap();
+        let bytes = big_batch(begun);
+        match log.begin_write(&bytes, 1).unwrap() {
+            BeginWrite::Ready(target) => write_and_complete(&mut log, (target, bytes)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let end = begun + 1;
+        log.close(2).unwrap();
+        let (log, _) = PartitionLog::open(OpenOptions::new(&dir, config)).unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        for offset in 0..end {
+            let bytes = log.read(offset, 1).unwrap().to_vec().unwrap();
+            assert_eq!(bytes, big_batch(offset), "batch at offset {offset}");
+        }
+    });
 }

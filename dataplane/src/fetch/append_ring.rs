@@ -392,6 +392,17 @@ mod tests {
         end
     }
 
+    /// This process's io_uring file descriptors and mappings.
+    fn ring_files_and_mappings() -> (usize, usize) {
+        let files = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("io_uring"))
+            .count();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        (files, maps.lines().filter(|l| l.contains("io_uring")).count())
+    }
+
     #[test]
     fn a_concurrent_reader_sees_only_whole_written_batches_up_to_the_visible_end() {
         LocalExecutorBuilder::new(Placement::Unbound)
@@ -407,7 +418,11 @@ mod tests {
                     .unwrap()
                     .0;
                 let partition = ServedPartition::new(log, None);
+                let before = ring_files_and_mappings();
                 let ring = AppendRing::for_this_shard(&Arc::new(Event::new())).expect("io_uring on this kernel");
+                let after = ring_files_and_mappings();
+                assert_eq!(after.0 - before.0, 1, "one ring fd per shard");
+                assert!(after.1 - before.1 <= 3, "the ring's mappings: {before:?} → {after:?}");
                 let all = Rc::new(batches(150, 100 * 1024));
                 let done = Rc::new(Cell::new(false));
                 let reader = glommio::spawn_local({

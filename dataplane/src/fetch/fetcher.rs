@@ -926,6 +926,11 @@ impl Fetcher {
                     let target = if ours >= 0 { end_offset.min(ours) } else { end_offset };
                     self.truncate_diverged(p, target, "source reported a diverging epoch");
                 }
+                // Caught up: nothing more to receive that a write could
+                // overlap with, so make the end visible (and reported) now.
+                if p.log().writes_in_flight() > 0 && p.log().append_end_offset() >= p.high_watermark {
+                    self.settle_writes(p);
+                }
                 self.report_progress(p);
             }
             error_codes::OFFSET_OUT_OF_RANGE => after.out_of_range.push(index),
