@@ -21,8 +21,9 @@
 //! * `segment-offload` — `segment-pwrite` with the `fallocate` + `pwrite` on
 //!   a writer thread (not pinned) fed from a pool of receive buffers: how much
 //!   the page-cache write costs the receiving core once it may run elsewhere.
-//! * `mirror-1`, `mirror-2`, `mirror-1-copy` — `ringmirror run` with 1 or 2
-//!   shards (`-copy`: `ingest = "aligned_copy"`) mirroring to a temporary
+//! * `mirror-1`, `mirror-2`, `mirror-1-copy`, `mirror-1-uring` — `ringmirror
+//!   run` with 1 or 2 shards (`-copy`: `ingest = "aligned_copy"`, `-uring`:
+//!   `ingest = "uring"`, else `"mmap"`) mirroring to a temporary
 //!   data dir on disk; afterwards the segments are compared byte-for-byte
 //!   with the source.
 //! * `rdkafka-consume` — an rdkafka `BaseConsumer` (assign, from the beginning,
@@ -113,7 +114,7 @@ const SINK_TOPIC: &str = "perf-sink";
 /// Without `--scenarios`: every scenario against the synthetic source but
 /// `segment-offload` (the serving ones are asked for by name).
 const DEFAULT_SCENARIOS: &str = "discard-read,discard-unaligned,discard-crc,discard-skip,segment-inline,segment-ahead,segment-pwrite,\
-     mirror-1,mirror-1-copy,mirror-2,rdkafka-consume,rdkafka-mirror";
+     mirror-1,mirror-1-copy,mirror-1-uring,mirror-2,rdkafka-consume,rdkafka-mirror";
 
 #[derive(Parser)]
 #[command(about = "ringmirror throughput and lag harness (everything on 127.0.0.1)")]
@@ -181,7 +182,7 @@ struct Args {
     /// e.g. `--log-setting prefault_bytes=1048576`.
     #[arg(long)]
     log_setting: Vec<String>,
-    /// Lag: the agent's ingest mode (`mmap` or `aligned_copy`).
+    /// Lag: the agent's ingest mode (`mmap`, `aligned_copy` or `uring`).
     #[arg(long, default_value = "mmap")]
     ingest: String,
     /// Lag: batches that became available in the first seconds are left out (agent start-up).

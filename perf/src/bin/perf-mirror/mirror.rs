@@ -61,12 +61,11 @@ pub fn log_table(settings: &[String]) -> String {
 }
 
 impl Harness<'_> {
-    /// `ringmirror run` with `shards` shards (`copy`: `ingest =
-    /// "aligned_copy"`) mirrors the source into `<run dir>/data`; the
+    /// `ringmirror run` with `shards` shards and `ingest` mirrors the source into `<run dir>/data`; the
     /// first run with 1 shard is profiled when `--perf-record` asks.
     pub fn run_mirror(
         &mut self,
-        (shards, copy): (usize, bool),
+        (shards, ingest): (usize, &str),
         source: SyntheticSource,
         run: &SourceRun,
     ) -> anyhow::Result<Measured> {
@@ -81,7 +80,7 @@ impl Harness<'_> {
             a.fetch_max_wait_ms,
             a.fetch_max_bytes,
             a.fetch_partition_max_bytes,
-            if copy { "aligned_copy" } else { "mmap" }
+            ingest
         );
         let config_path = run.dir.join("agent.toml");
         std::fs::write(&config_path, config)?;

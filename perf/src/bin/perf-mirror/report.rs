@@ -137,7 +137,14 @@ pub fn print_table(args: &Args, dataset: &Dataset, results: &[(Scenario, Vec<Mea
         .max_by(|a, b| a.1.0.total_cmp(&b.1.0))
         .map(|(name, m)| (name.clone(), *m));
     if let Some((name, (best, _))) = &ceiling {
-        for a in ["mirror-1", "mirror-1-copy", "mirror-2", "segment-pwrite"] {
+        for a in [
+            "mirror-1",
+            "mirror-1-copy",
+            "mirror-1-uring",
+            "mirror-2",
+            "segment-pwrite",
+            "segment-offload",
+        ] {
             if let Some((mb_s, _)) = medians.get(a) {
                 println!(
                     "- {a} / fastest fetch-and-discard ({name}): throughput {:.2}",
@@ -149,6 +156,9 @@ pub fn print_table(args: &Args, dataset: &Dataset, results: &[(Scenario, Vec<Mea
     for (a, b) in [
         ("mirror-1", "discard-read"),
         ("mirror-1-copy", "discard-read"),
+        ("mirror-1-uring", "discard-read"),
+        ("mirror-1-uring", "segment-pwrite"),
+        ("mirror-1-uring", "mirror-1-copy"),
         ("mirror-2", "discard-read"),
         ("discard-crc", "discard-read"),
         ("segment-inline", "discard-read"),

@@ -26,10 +26,11 @@ use crate::{Args, SINK_TOPIC, report};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     Discard(DiscardMode),
-    /// `copy`: the agent's `ingest = "aligned_copy"` instead of the default `"mmap"`.
+    /// The agent's `ingest`: `"mmap"`, or `"aligned_copy"` (`-copy`), or
+    /// `"uring"` (`-uring`).
     Mirror {
         shards: usize,
-        copy: bool,
+        ingest: &'static str,
     },
     Rdkafka {
         produce: bool,
@@ -77,13 +78,14 @@ impl Scenario {
             "mock-consume" => Self::Consume(Server::Mock),
             s if s.starts_with("mirror-") => {
                 let rest = &s["mirror-".len()..];
-                let (shards, copy) = match rest.strip_suffix("-copy") {
-                    Some(n) => (n, true),
-                    None => (rest, false),
+                let (shards, ingest) = match (rest.strip_suffix("-copy"), rest.strip_suffix("-uring")) {
+                    (Some(n), _) => (n, "aligned_copy"),
+                    (_, Some(n)) => (n, "uring"),
+                    _ => (rest, "mmap"),
                 };
                 Self::Mirror {
-                    shards: shards.parse().context("mirror-<shards>[-copy]")?,
-                    copy,
+                    shards: shards.parse().context("mirror-<shards>[-copy|-uring]")?,
+                    ingest,
                 }
             }
             other => bail!("unknown scenario {other:?}"),
@@ -100,8 +102,15 @@ impl Scenario {
             Self::Discard(DiscardMode::SegmentAhead) => "segment-ahead".into(),
             Self::Discard(DiscardMode::SegmentPwrite) => "segment-pwrite".into(),
             Self::Discard(DiscardMode::SegmentOffload) => "segment-offload".into(),
-            Self::Mirror { shards, copy: false } => format!("mirror-{shards}"),
-            Self::Mirror { shards, copy: true } => format!("mirror-{shards}-copy"),
+            Self::Mirror {
+                shards,
+                ingest: "aligned_copy",
+            } => format!("mirror-{shards}-copy"),
+            Self::Mirror {
+                shards,
+                ingest: "uring",
+            } => format!("mirror-{shards}-uring"),
+            Self::Mirror { shards, .. } => format!("mirror-{shards}"),
             Self::Rdkafka { produce: false } => "rdkafka-consume".into(),
             Self::Rdkafka { produce: true } => "rdkafka-mirror".into(),
             Self::Consume(Server::Agent { zero_copy: true }) => "serve-zero-copy".into(),
@@ -132,12 +141,13 @@ impl Scenario {
                 "prototype: recv into aligned buffer, CRC, fallocate ahead + pwrite"
             }
             Self::Discard(DiscardMode::SegmentOffload) => "segment-pwrite with the pwrite on a writer thread",
-            Self::Mirror { copy: false, .. } => {
-                "ringmirror run (ingest mmap): recv into the segment mapping, validate, commit"
+            Self::Mirror {
+                ingest: "aligned_copy", ..
+            } => "ringmirror run (ingest aligned_copy): recv into aligned buffer, validate, copy in",
+            Self::Mirror { ingest: "uring", .. } => {
+                "ringmirror run (ingest uring): recv into aligned buffer, validate, write via the shard's io_uring"
             }
-            Self::Mirror { copy: true, .. } => {
-                "ringmirror run (ingest aligned_copy): recv into aligned buffer, validate, copy in"
-            }
+            Self::Mirror { .. } => "ringmirror run (ingest mmap): recv into the segment mapping, validate, commit",
             Self::Rdkafka { produce: false } => "rdkafka BaseConsumer reads every record",
             Self::Rdkafka { produce: true } => "rdkafka consumer → BaseProducer into a sink (MM2's path)",
             Self::Consume(Server::Agent { zero_copy: true }) => {
@@ -235,7 +245,7 @@ impl Harness<'_> {
         match scenario {
             Scenario::Discard(mode) => self.run_discard(mode, &source, &run),
             Scenario::Rdkafka { produce } => self.run_rdkafka(produce, &source, &run),
-            Scenario::Mirror { shards, copy } => self.run_mirror((shards, copy), source, &run),
+            Scenario::Mirror { shards, ingest } => self.run_mirror((shards, ingest), source, &run),
             Scenario::Consume(_) => unreachable!("serving scenarios are run above"),
         }
     }
@@ -381,7 +391,13 @@ fn run_all(harness: &mut Harness, serving: bool, results: &mut [(Scenario, Vec<M
         let dir = harness.work_dir.join("serve-source");
         std::fs::create_dir_all(&dir)?;
         let m = harness
-            .run(Scenario::Mirror { shards: 1, copy: true }, &dir)
+            .run(
+                Scenario::Mirror {
+                    shards: 1,
+                    ingest: "aligned_copy",
+                },
+                &dir,
+            )
             .context("mirror the dataset to serve")?;
         // SAFETY: sync has no preconditions.
         unsafe { libc::sync() };
@@ -421,7 +437,7 @@ mod tests {
 
     /// Every scenario `--scenarios` names, the default ones and the rest.
     const NAMES: &str = "discard-read,discard-unaligned,discard-crc,discard-skip,segment-inline,segment-ahead,\
-        segment-pwrite,segment-offload,mirror-1,mirror-1-copy,mirror-2,mirror-4-copy,rdkafka-consume,rdkafka-mirror,\
+        segment-pwrite,segment-offload,mirror-1,mirror-1-copy,mirror-1-uring,mirror-2,mirror-4-copy,rdkafka-consume,rdkafka-mirror,\
         serve-zero-copy,serve-copy,serve-2c-each-shard,serve-2c-one-acceptor,synthetic-consume,\
         synthetic-consume-mockdata,mock-consume";
 
