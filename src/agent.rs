@@ -19,6 +19,7 @@ use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
+use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};
 
 use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
@@ -288,6 +289,14 @@ impl Agent {
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
         check_group_shard_count(&config.data_dir, shard_count)?;
+        // Each transactional id's record to its shard's log, before any
+        // shard opens its transaction coordinator.
+        TransactionStore::rebalance(
+            &config.data_dir,
+            shard_count,
+            TransactionConfig::default().compact_min_bytes,
+        )
+        .context("move transactional ids to their shards")?;
         let listener = config
             .listener
             .as_ref()

@@ -23,6 +23,7 @@ use glommio::net::AcceptedTcpStream;
 use super::catalog::{CatalogHandle, TopicConfigMap};
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
+use super::transactions::ShardTransactions;
 use crate::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
@@ -79,6 +80,8 @@ pub struct Registry {
     producer_ids: Arc<ProducerIds>,
     /// This shard's group coordinator, once opened (see `groups::api::start`).
     groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
+    /// This shard's transaction coordinator, once opened (see `transactions::start`).
+    transactions: std::cell::OnceCell<Rc<ShardTransactions>>,
 }
 
 /// A file in a partition directory saying the topic is local (created at
@@ -148,6 +151,7 @@ impl Registry {
             log_config,
             producer_ids,
             groups: std::cell::OnceCell::new(),
+            transactions: std::cell::OnceCell::new(),
         })
     }
 
@@ -161,6 +165,16 @@ impl Registry {
         let _ = self.groups.set(coordinator);
     }
 
+    /// The coordinator of the transactional ids placed on this shard, if it opened.
+    pub fn transactions(&self) -> Option<Rc<ShardTransactions>> {
+        self.transactions.get().cloned()
+    }
+
+    pub fn set_transactions(&self, coordinator: Rc<ShardTransactions>) {
+        // Set once, when the shard starts.
+        let _ = self.transactions.set(coordinator);
+    }
+
     /// The data directory (the group coordinator keeps its offsets there).
     pub fn data_dir(&self) -> &std::path::Path {
         self.log_dir.path()
@@ -169,6 +183,12 @@ impl Registry {
     /// The agent-wide producer id allocator.
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The same allocator, for a holder that outlives a borrow (the
+    /// transaction coordinator).
+    pub fn shared_producer_ids(&self) -> Arc<ProducerIds> {
+        Arc::clone(&self.producer_ids)
     }
 
     /// Creates (or, after a crash mid-creation, completes) a partition of a

@@ -322,6 +322,18 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
         GroupRequest::FindCoordinator(r) => {
             let mut body = find_coordinator(&conn.catalog.get(), version, &r);
             // DESCRIBE on each group (Kafka's handleFindCoordinatorRequest).
+            // DESCRIBE on each transactional id (the same).
+            if restricted && r.key_type == KEY_TYPE_TRANSACTION {
+                for c in &mut body.coordinators {
+                    if !conn.authorized(AclOperation::Describe, ResourceType::TransactionalId, &c.key) {
+                        c.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                        c.error_message = Some(s("Transactional Id authorization failed."));
+                        c.node_id = BrokerId(-1);
+                        c.host = StrBytes::default();
+                        c.port = -1;
+                    }
+                }
+            }
             if restricted && r.key_type == KEY_TYPE_GROUP {
                 for c in &mut body.coordinators {
                     if !group_allowed(conn, AclOperation::Describe, &c.key) {
@@ -654,18 +666,13 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
     }
 }
 
-/// This agent coordinates every group; transactions are not coordinated here.
+/// This agent coordinates every group and every transactional id (each
+/// on its shard, behind the one listener port).
 fn find_coordinator(catalog: &Catalog, version: i16, r: &FindCoordinatorRequest) -> FindCoordinatorResponse {
     let me = &catalog.identity;
     let answer = |key_type: i8| -> (i16, Option<&'static str>) {
         match key_type {
-            KEY_TYPE_GROUP => (NONE, None),
-            // Not retriable, so a transactional producer fails at once
-            // instead of retrying until its timeout.
-            KEY_TYPE_TRANSACTION => (
-                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                Some("transactions are not supported at this agent"),
-            ),
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => (NONE, None),
             _ => (INVALID_REQUEST, Some("unknown coordinator key type")),
         }
     };
