@@ -279,6 +279,45 @@ fn add_partitions_v3(id: &str, producer_id: i64, epoch: i16, topic: &str) -> Add
         ])
 }
 
+fn txn_offset_commit(id: &str, producer_id: i64, epoch: i16, topic: &str, offset: i64) -> TxnOffsetCommitRequest {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_owned())))
+        .with_group_id(GroupId(StrBytes::from_static_str("txn-group")))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(-1),
+                ]),
+        ])
+}
+
+/// OffsetFetch v7 with `require_stable` of `txn-group` on partition 0 of
+/// `topic`: (error, committed offset).
+fn stable_offset(c: &mut common::KafkaConnection, topic: &str) -> (i16, i64) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let r = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("txn-group")))
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(name(topic))
+                .with_partition_indexes(vec![0]),
+        ]))
+        .with_require_stable(true);
+    let fetched: OffsetFetchResponse = c.request(ApiKey::OffsetFetch as i16, 7, &r).unwrap();
+    let p = &fetched.topics[0].partitions[0];
+    (p.error_code, p.committed_offset)
+}
+
 /// Every version of each transaction API, through whole transactions (one
 /// per version of AddPartitionsToTxn, EndTxn and the rest cycling through
 /// theirs) on a local topic: each answers, a committed transaction moves
@@ -345,6 +384,20 @@ fn every_advertised_version_of_the_transaction_apis_answers() {
             )
             .unwrap();
         assert_eq!(offsets.error_code, 0, "AddOffsetsToTxn round {i}");
+        let v = at(ApiKey::TxnOffsetCommit, i);
+        let offset_commit: TxnOffsetCommitResponse = c
+            .request(
+                key(ApiKey::TxnOffsetCommit),
+                v,
+                &txn_offset_commit(&id, pid, epoch, local, i64::from(i) + 1),
+            )
+            .unwrap();
+        assert_eq!(
+            offset_commit.topics[0].partitions[0].error_code, 0,
+            "TxnOffsetCommit v{v}"
+        );
+        let (code, _) = stable_offset(&mut c, local);
+        assert_eq!(code, 88, "UNSTABLE_OFFSET_COMMIT while the transaction holds it");
         let produced: ProduceResponse = c
             .request(
                 key(ApiKey::Produce),
@@ -463,6 +516,13 @@ fn every_advertised_version_of_the_transaction_apis_answers() {
         let lso: ListOffsetsResponse = c.request(key(ApiKey::ListOffsets), 5, &committed).unwrap();
         // Each round appended a batch and a marker.
         assert_eq!(lso.topics[0].partitions[0].offset, 2 * (i64::from(i) + 1), "round {i}");
+        // The offset is committed with the transaction, dropped with it.
+        let last_committed_round = if commit { i } else { i - 1 };
+        assert_eq!(
+            stable_offset(&mut c, local),
+            (0, i64::from(last_committed_round) + 1),
+            "round {i}"
+        );
     }
     agent.stop().expect("stop");
 }

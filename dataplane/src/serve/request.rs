@@ -63,6 +63,7 @@ pub enum ServedApi {
     SaslHandshake = ApiKey::SaslHandshake as i16,
     SaslAuthenticate = ApiKey::SaslAuthenticate as i16,
     AddPartitionsToTxn = ApiKey::AddPartitionsToTxn as i16,
+    TxnOffsetCommit = ApiKey::TxnOffsetCommit as i16,
     AddOffsetsToTxn = ApiKey::AddOffsetsToTxn as i16,
     EndTxn = ApiKey::EndTxn as i16,
     DescribeTransactions = ApiKey::DescribeTransactions as i16,
@@ -133,6 +134,7 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::AddPartitionsToTxn, 0, 5),
     (ServedApi::AddOffsetsToTxn, 0, 4),
     (ServedApi::EndTxn, 0, 4),
+    (ServedApi::TxnOffsetCommit, 0, 4),
     (ServedApi::DescribeTransactions, 0, 0),
     (ServedApi::ListTransactions, 0, 2),
     (ServedApi::FindCoordinator, 0, 5),
@@ -339,6 +341,9 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::AddOffsetsToTxn => Request::Transaction(TransactionRequest::AddOffsetsToTxn(
             decode(body, version).map_err(malformed)?,
         )),
+        ApiKey::TxnOffsetCommit => {
+            Request::Group(GroupRequest::TxnOffsetCommit(decode(body, version).map_err(malformed)?))
+        }
         ApiKey::EndTxn => Request::Transaction(TransactionRequest::EndTxn(decode(body, version).map_err(malformed)?)),
         ApiKey::DescribeTransactions => Request::Transaction(TransactionRequest::DescribeTransactions(
             decode(body, version).map_err(malformed)?,
@@ -521,6 +526,7 @@ mod tests {
             ServedApi::SaslAuthenticate => frame(api, version, &km::SaslAuthenticateRequest::default()),
             ServedApi::AddPartitionsToTxn => frame(api, version, &km::AddPartitionsToTxnRequest::default()),
             ServedApi::AddOffsetsToTxn => frame(api, version, &km::AddOffsetsToTxnRequest::default()),
+            ServedApi::TxnOffsetCommit => frame(api, version, &km::TxnOffsetCommitRequest::default()),
             ServedApi::EndTxn => frame(api, version, &km::EndTxnRequest::default()),
             ServedApi::DescribeTransactions => frame(api, version, &km::DescribeTransactionsRequest::default()),
             ServedApi::ListTransactions => frame(api, version, &km::ListTransactionsRequest::default()),

@@ -43,6 +43,22 @@ use crate::transactions::{
     transaction_shard,
 };
 
+/// A coordinator's verdict on a partition as the producer is told it (of
+/// its Produce or TxnOffsetCommit), as Kafka's `AddPartitionsToTxnManager`
+/// turns it: a fenced producer gets INVALID_PRODUCER_EPOCH, a coordinator
+/// busy or away NOT_ENOUGH_REPLICAS (retriable), a partition not in the
+/// transaction TRANSACTION_ABORTABLE where the request's version knows it
+/// (`abortable_known`) and INVALID_TXN_STATE before.
+pub fn verification_error(code: i16, abortable_known: bool) -> i16 {
+    match code {
+        ec::NONE => ec::NONE,
+        ec::PRODUCER_FENCED => ec::INVALID_PRODUCER_EPOCH,
+        ec::COORDINATOR_NOT_AVAILABLE | ec::CONCURRENT_TRANSACTIONS => ec::NOT_ENOUGH_REPLICAS,
+        ec::TRANSACTION_ABORTABLE if abortable_known => ec::TRANSACTION_ABORTABLE,
+        _ => ec::INVALID_TXN_STATE,
+    }
+}
+
 /// Longest sleep of the timer task when no deadline is near (it is woken
 /// earlier when a call files a sooner one).
 const TIMER_IDLE_MS: i64 = 10_000;
@@ -232,9 +248,16 @@ fn write_on_shard(registry: &Registry, marker: Marker, targets: &[MarkerTarget])
                     appended |= outcome == MarkerOutcome::Written;
                     outcome
                 }
-                // Offsets join a transaction only through TxnOffsetCommit,
-                // which is not served: none are pending.
-                MarkerTarget::GroupOffsets { .. } => MarkerOutcome::Written,
+                MarkerTarget::GroupOffsets { .. } => {
+                    let completed = registry
+                        .groups()
+                        .and_then(|groups| groups.try_borrow_mut().ok())
+                        .map(|mut groups| groups.complete_txn_offsets(marker.producer_id, marker.commit));
+                    match completed {
+                        Some(true) => MarkerOutcome::Written,
+                        _ => MarkerOutcome::Retriable,
+                    }
+                }
             };
             (target.clone(), outcome)
         })
@@ -657,11 +680,11 @@ async fn list_transactions(conn: &ClientConnection, r: ListTransactionsRequest) 
         )
 }
 
-/// KIP-890 part 1 for a transactional Produce: per (topic, partition), the
-/// coordinator's verdict that the partition is in the producer's open
-/// transaction (NONE) or not (an error for the batch), asked on the id's
-/// shard in one job.
-pub async fn verify_produce(
+/// KIP-890 part 1 for a transactional Produce or TxnOffsetCommit: per
+/// partition, the coordinator's verdict that it is in the producer's open
+/// transaction (NONE) or not, asked on the id's shard in one job (see
+/// [`verification_error`] for what the client is told).
+pub async fn verify_partitions(
     access: &ShardAccess,
     transactional_id: &str,
     producer_id: i64,

@@ -32,7 +32,7 @@ use super::catalog::{TopicConfigMap, random_bytes};
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
 use super::topic_config;
-use super::transactions::mirror_topic_message;
+use super::transactions::{mirror_topic_message, verification_error};
 use crate::batch::RecordBatch;
 use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
@@ -191,21 +191,6 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
 /// (KIP-890); older ones are told INVALID_TXN_STATE.
 const PRODUCE_TRANSACTION_ABORTABLE_VERSION: i16 = 11;
 
-/// A coordinator's verdict on a transactional batch as the producer is
-/// told it, as Kafka's `AddPartitionsToTxnManager` turns it: a fenced
-/// producer gets INVALID_PRODUCER_EPOCH, a coordinator busy or away
-/// NOT_ENOUGH_REPLICAS (retriable), a partition not in the transaction
-/// TRANSACTION_ABORTABLE from Produce v11 and INVALID_TXN_STATE before.
-fn produce_verdict(code: i16, version: i16) -> i16 {
-    match code {
-        ec::NONE => ec::NONE,
-        ec::PRODUCER_FENCED => ec::INVALID_PRODUCER_EPOCH,
-        ec::COORDINATOR_NOT_AVAILABLE | ec::CONCURRENT_TRANSACTIONS => ec::NOT_ENOUGH_REPLICAS,
-        ec::TRANSACTION_ABORTABLE if version >= PRODUCE_TRANSACTION_ABORTABLE_VERSION => ec::TRANSACTION_ABORTABLE,
-        _ => ec::INVALID_TXN_STATE,
-    }
-}
-
 /// KIP-890 part 1: each transactional batch's partition checked with the
 /// transaction's coordinator before it is appended (Kafka's
 /// `ReplicaManager.appendRecords` with `AddPartitionsToTxnManager`); the
@@ -227,7 +212,8 @@ async fn verify_transaction(conn: &ClientConnection, version: i16, transactional
     let mut verdicts: HashMap<(i64, i16, TopicPartition), i16> = HashMap::new();
     for ((producer_id, epoch), partitions) in asked {
         let answers =
-            super::transactions::verify_produce(&conn.access, transactional_id, producer_id, epoch, partitions).await;
+            super::transactions::verify_partitions(&conn.access, transactional_id, producer_id, epoch, partitions)
+                .await;
         verdicts.extend(answers.into_iter().map(|(tp, code)| ((producer_id, epoch, tp), code)));
     }
     for (_, _, tp, batch, verdict) in work.values_mut().flatten() {
@@ -236,7 +222,7 @@ async fn verify_transaction(conn: &ClientConnection, version: i16, transactional
         {
             let key = (view.producer_id(), view.producer_epoch(), tp.clone());
             let code = verdicts.get(&key).copied().unwrap_or(ec::COORDINATOR_NOT_AVAILABLE);
-            *verdict = produce_verdict(code, version);
+            *verdict = verification_error(code, version >= PRODUCE_TRANSACTION_ABORTABLE_VERSION);
         }
     }
 }

@@ -26,6 +26,9 @@
 //! ([`store`]). Static membership (`group.instance.id`) is not implemented:
 //! such members are treated as dynamic ones.
 //!
+//! Offsets committed in a transaction (TxnOffsetCommit) wait for its end
+//! ([`txn_offsets`]).
+//!
 //! **Share groups** (KIP-932) are held for their start offsets only, as
 //! Kafka's admin API sees them (AlterShareGroupOffsets,
 //! DescribeShareGroupOffsets, DeleteShareGroupOffsets, ShareGroupDescribe,
@@ -42,6 +45,7 @@
 pub mod api;
 pub mod share_store;
 pub mod store;
+pub mod txn_offsets;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -497,6 +501,8 @@ pub struct GroupCoordinator {
     /// Notified when a deadline may have moved earlier, so the timer task
     /// ([`api::run_timers`]) recomputes its sleep.
     deadlines_changed: Event,
+    /// Offsets of open transactions ([`txn_offsets`]).
+    txn_offsets: txn_offsets::PendingTxnOffsets,
 }
 
 fn ms(v: i32) -> Duration {
@@ -530,6 +536,7 @@ impl GroupCoordinator {
             shares,
             member_seq: 0,
             deadlines_changed: Event::new(),
+            txn_offsets: txn_offsets::PendingTxnOffsets::new(),
         })
     }
 
