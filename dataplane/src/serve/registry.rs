@@ -175,6 +175,11 @@ impl Registry {
         let _ = self.transactions.set(coordinator);
     }
 
+    /// Whether `tp` has a directory in the data dir (served or not yet).
+    pub fn partition_on_disk(&self, tp: &TopicPartition) -> bool {
+        self.log_dir.partition_dir(tp).exists()
+    }
+
     /// The data directory (the group coordinator keeps its offsets there).
     pub fn data_dir(&self) -> &std::path::Path {
         self.log_dir.path()

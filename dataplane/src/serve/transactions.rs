@@ -36,6 +36,7 @@ use super::listener::ClientConnection;
 use super::producer_ids::ProducerIds;
 use super::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
 use crate::client::error_codes as ec;
+use crate::fetch::shard_for;
 use crate::log::{PartitionLog, ProduceError, TopicPartition};
 use crate::transactions::{
     InitProducerIdRequest as InitRequest, ListTransactionsFilter, MarkerOutcome, MarkerRequest, MarkerTarget,
@@ -194,7 +195,13 @@ impl ShardTransactions {
         let mut by_shard: BTreeMap<usize, Vec<MarkerTarget>> = BTreeMap::new();
         for target in &request.targets {
             let owner = match target {
-                MarkerTarget::Partition(tp) => catalog.owner(&tp.topic, tp.partition),
+                // Not served (yet): its shard by placement, which knows
+                // whether it is on disk, waiting to be opened at start.
+                MarkerTarget::Partition(tp) => Some(
+                    catalog
+                        .owner(&tp.topic, tp.partition)
+                        .unwrap_or_else(|| shard_for(tp, shards)),
+                ),
                 MarkerTarget::GroupOffsets { group_shard } => {
                     usize::try_from(*group_shard).ok().filter(|&shard| shard < shards)
                 }
@@ -271,7 +278,12 @@ fn write_on_shard(registry: &Registry, marker: Marker, targets: &[MarkerTarget])
 
 fn write_partition_marker(registry: &Registry, tp: &TopicPartition, marker: Marker) -> MarkerOutcome {
     let Some(partition) = registry.get(tp) else {
-        return MarkerOutcome::PartitionGone;
+        // Opened after the listener at start: asked again until it is.
+        return if registry.partition_on_disk(tp) {
+            MarkerOutcome::Retriable
+        } else {
+            MarkerOutcome::PartitionGone
+        };
     };
     if partition.mirror.is_some() {
         // Mirrored again (failback): the source's log replaces ours.
@@ -288,6 +300,7 @@ fn write_partition_marker(registry: &Registry, tp: &TopicPartition, marker: Mark
         partition.leader_epoch.get(),
         now_ms().max(0) as u64,
     );
+    tracing::debug!(partition = %tp, ?marker, ?written, "transaction marker");
     match written {
         Ok(()) => MarkerOutcome::Written,
         Err(ProduceError::InvalidProducerEpoch { .. }) => MarkerOutcome::Fenced,
