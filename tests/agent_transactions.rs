@@ -8,8 +8,9 @@
 //! same scenarios (a KRaft cluster started once per test binary). And an
 //! agent killed (SIGKILL) under an open transaction: after its restart the
 //! transaction completes (or is aborted by its timeout), the last stable
-//! offset moves, nothing is left hanging. Every wait is bounded and waits
-//! on a condition.
+//! offset moves, nothing is left hanging. And Kafka Streams with
+//! `exactly_once_v2` counting at the agent across a crash of the
+//! application. Every wait is bounded and waits on a condition.
 
 mod common;
 
@@ -189,4 +190,33 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(libc::SIGKILL)
     );
+}
+
+/// Kafka Streams with `exactly_once_v2` at the agent, on local topics: the
+/// same count as at Kafka (`kafka_workloads.rs`' reference), its
+/// application killed mid-stream with a transaction open and a new
+/// instance (empty state) restoring from the changelog: each count is
+/// output once.
+#[test]
+fn kafka_streams_exactly_once_at_the_agent_counts_each_record_once_across_a_crash() {
+    const RECORDS: usize = 300;
+    let _turn = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
+    let ours = agent.listener_addr().expect("listening").to_string();
+    let app = StreamsApp::new("wl-streams-agent");
+    for topic in [&app.input, &app.output] {
+        driver(
+            "create-topic",
+            &ours,
+            &["--topic", topic, "--partitions", "3", "--replication", "1"],
+        );
+    }
+    streams_input(&ours, &app.input, 0, RECORDS);
+
+    app.run_across_a_crash(&ours, dir.path(), RECORDS);
+    let counts = app.counts(&ours);
+    assert_eq!(duplicates(&counts), vec![], "no count output twice");
+    assert_eq!(counts, expected_counts(0..RECORDS), "each word counted 1…n, once each");
+    agent.stop().expect("clean stop");
 }

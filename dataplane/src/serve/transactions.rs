@@ -46,17 +46,17 @@ use crate::transactions::{
 
 /// A coordinator's verdict on a partition as the producer is told it (of
 /// its Produce or TxnOffsetCommit), as Kafka's `AddPartitionsToTxnManager`
-/// turns it: a fenced producer gets INVALID_PRODUCER_EPOCH, a coordinator
-/// busy or away NOT_ENOUGH_REPLICAS (retriable), a partition not in the
-/// transaction TRANSACTION_ABORTABLE where the request's version knows it
-/// (`abortable_known`) and INVALID_TXN_STATE before.
+/// and `ReplicaManager` turn it: a fenced producer gets
+/// INVALID_PRODUCER_EPOCH, a coordinator busy or away NOT_ENOUGH_REPLICAS
+/// (which every client retries), a partition not in the transaction
+/// TRANSACTION_ABORTABLE where the request's version knows it
+/// (`abortable_known`) and INVALID_TXN_STATE before; the rest as it is.
 pub fn verification_error(code: i16, abortable_known: bool) -> i16 {
     match code {
-        ec::NONE => ec::NONE,
         ec::PRODUCER_FENCED => ec::INVALID_PRODUCER_EPOCH,
         ec::COORDINATOR_NOT_AVAILABLE | ec::CONCURRENT_TRANSACTIONS => ec::NOT_ENOUGH_REPLICAS,
-        ec::TRANSACTION_ABORTABLE if abortable_known => ec::TRANSACTION_ABORTABLE,
-        _ => ec::INVALID_TXN_STATE,
+        ec::TRANSACTION_ABORTABLE if !abortable_known => ec::INVALID_TXN_STATE,
+        code => code,
     }
 }
 
@@ -715,4 +715,24 @@ pub async fn verify_partitions(
     })
     .await
     .unwrap_or_else(|| all(ec::COORDINATOR_NOT_AVAILABLE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_told_as_a_kafka_partition_leader_tells_them() {
+        let told = |code, abortable_known| verification_error(code, abortable_known);
+        assert_eq!(told(ec::NONE, false), ec::NONE);
+        assert_eq!(told(ec::TRANSACTION_ABORTABLE, true), ec::TRANSACTION_ABORTABLE);
+        assert_eq!(told(ec::TRANSACTION_ABORTABLE, false), ec::INVALID_TXN_STATE);
+        assert_eq!(told(ec::PRODUCER_FENCED, true), ec::INVALID_PRODUCER_EPOCH);
+        assert_eq!(told(ec::COORDINATOR_NOT_AVAILABLE, false), ec::NOT_ENOUGH_REPLICAS);
+        assert_eq!(told(ec::CONCURRENT_TRANSACTIONS, true), ec::NOT_ENOUGH_REPLICAS);
+        assert_eq!(
+            told(ec::INVALID_PRODUCER_ID_MAPPING, true),
+            ec::INVALID_PRODUCER_ID_MAPPING
+        );
+    }
 }

@@ -618,3 +618,50 @@ fn a_group_id_longer_than_a_kafka_string_is_refused_and_the_longest_one_kept() {
     assert_eq!(c.committed(&longest, None), [(tp.clone(), Some(offset(7)))]);
     assert!(c.committed(&too_long, None).is_empty());
 }
+
+#[test]
+fn transactional_offsets_wait_for_their_transaction_and_follow_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let tp = ("t".to_string(), 0);
+    assert_eq!(c.txn_commit("g", 7, -1, "", vec![(tp.clone(), offset(5))]), [NONE]);
+    assert_eq!(c.txn_commit("g", 8, -1, "", vec![(tp.clone(), offset(9))]), [NONE]);
+    assert!(c.has_pending_txn_offset("g", &tp));
+    assert_eq!(
+        c.committed("g", Some(&[tp.clone()]))[0].1,
+        None,
+        "pending, not committed"
+    );
+    // Producer 8 aborts: its offset is dropped, 7's still pending.
+    assert!(c.complete_txn_offsets(8, false));
+    assert!(c.has_pending_txn_offset("g", &tp));
+    assert!(c.complete_txn_offsets(7, true));
+    assert!(!c.has_pending_txn_offset("g", &tp));
+    assert_eq!(
+        c.committed("g", Some(&[tp.clone()]))[0].1.as_ref().map(|v| v.offset),
+        Some(5)
+    );
+    // Persisted as any commit; the group is listed.
+    drop(c);
+    let c = coordinator(dir.path());
+    assert_eq!(c.committed("g", Some(&[tp]))[0].1.as_ref().map(|v| v.offset), Some(5));
+    assert!(c.list().iter().any(|g| g.group_id == "g"));
+}
+
+#[test]
+fn a_transactional_commit_names_a_member_and_generation_the_group_knows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let now = Instant::now();
+    let member = stable_single(&mut c, now);
+    let tp = ("t".to_string(), 0);
+    assert_eq!(
+        c.txn_commit("g", 1, 1, "stranger", vec![(tp.clone(), offset(1))]),
+        [UNKNOWN_MEMBER_ID]
+    );
+    assert_eq!(
+        c.txn_commit("g", 1, 99, &member, vec![(tp.clone(), offset(1))]),
+        [ILLEGAL_GENERATION]
+    );
+    assert_eq!(c.txn_commit("g", 1, 1, &member, vec![(tp, offset(1))]), [NONE]);
+}
