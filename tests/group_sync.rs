@@ -7,9 +7,10 @@
 //!   are named), librdkafka consumers committing there, an agent mirroring
 //!   the topic as the destination: an idle group's offsets arrive with
 //!   their leader epochs, only for mirrored partitions, an offset past the
-//!   destination's log end as it is; a group with a live librdkafka
-//!   consumer at the destination is left alone, and synced once that
-//!   consumer has left.
+//!   destination's log end as it is (until failover, which moves it back
+//!   to the mirrored log end); a group with a live librdkafka consumer at
+//!   the destination is left alone, and synced once that consumer has
+//!   left.
 //! - An agent as the source (it lists its groups): every group is found
 //!   by ListGroups, filtered by regex, and fetched in batches.
 
@@ -271,6 +272,31 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
     assert_eq!(common::synced(&report, ACTIVE), (3, 0));
     assert_eq!(committed(&dest, ACTIVE), active_at_source);
     assert_eq!(committed(&dest, IDLE), idle_at_dest);
+
+    // Failover: the offset synced past what the mirror holds moves back to
+    // the mirrored log end before the partition takes writes (else a
+    // consumer resuming there would skip what producers write below it);
+    // offsets within the log stay as synced.
+    agent
+        .admin(AdminRequest::Stop {
+            mirror: "dr".into(),
+            topics: vec![TOPIC.into()],
+        })
+        .expect("stop");
+    let ended = common::kafka::wait_failed_over(&agent, TOPIC, PARTITIONS, DEADLINE);
+    assert!(
+        ended[&2] > ends[&2],
+        "the failover markers follow the mirrored log: {ended:?}"
+    );
+    let mut expected = idle_at_dest.clone();
+    let ahead = expected.get_mut(&(TOPIC.to_owned(), 2)).expect("orders-2");
+    *ahead = (ends[&2], -1, ahead.2.clone());
+    assert_eq!(
+        committed(&dest, IDLE),
+        expected,
+        "orders-2 moved back to the mirrored end, alone"
+    );
+    assert_eq!(committed(&dest, ACTIVE), active_at_source);
 
     agent.stop().expect("stop");
 }

@@ -79,6 +79,9 @@ pub struct Registry {
     producer_ids: Arc<ProducerIds>,
     /// This shard's group coordinator, once opened (see `groups::api::start`).
     groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
+    /// The links to every shard, set with the listener (groups exist only
+    /// with one): the end of mirroring reaches every shard's groups.
+    links: std::cell::OnceCell<Arc<ShardLinks>>,
 }
 
 /// A file in a partition directory saying the topic is local (created at
@@ -148,6 +151,7 @@ impl Registry {
             log_config,
             producer_ids,
             groups: std::cell::OnceCell::new(),
+            links: std::cell::OnceCell::new(),
         })
     }
 
@@ -159,6 +163,47 @@ impl Registry {
     pub fn set_groups(&self, coordinator: Rc<RefCell<GroupCoordinator>>) {
         // Set once, when the shard starts.
         let _ = self.groups.set(coordinator);
+    }
+
+    pub fn set_links(&self, links: Arc<ShardLinks>) {
+        // Set once, when the shard starts its listener.
+        let _ = self.links.set(links);
+    }
+
+    /// Failover: moves every group's offsets of `tp` past `log_end` back
+    /// to it on every shard's group coordinator
+    /// ([`GroupCoordinator::clamp_offsets_to_log_end`]), before the
+    /// partition becomes writable. Without a listener there are no groups.
+    /// Returns how many offsets moved.
+    pub async fn clamp_group_offsets(self: &Rc<Self>, tp: &TopicPartition, log_end: i64) -> Result<usize, String> {
+        let Some(links) = self.links.get() else {
+            return Ok(0);
+        };
+        let access = ShardAccess {
+            local: Rc::clone(self),
+            links: Arc::clone(links),
+        };
+        let mut moved = 0;
+        for shard in 0..links.shards() {
+            let (topic, partition) = (tp.topic.clone(), tp.partition);
+            let clamped = access
+                .on(shard, move |registry| {
+                    let Some(groups) = registry.groups() else {
+                        return Some(Ok(0));
+                    };
+                    let mut groups = groups.try_borrow_mut().ok()?;
+                    let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+                    Some(
+                        groups
+                            .clamp_offsets_to_log_end(&topic, partition, log_end, now)
+                            .map_err(|e| format!("shard {shard}'s group offsets: {e}")),
+                    )
+                })
+                .await
+                .ok_or_else(|| format!("shard {shard} has ended"))?;
+            moved += clamped?;
+        }
+        Ok(moved)
     }
 
     /// The data directory (the group coordinator keeps its offsets there).
