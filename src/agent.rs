@@ -14,11 +14,11 @@ use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{
     ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue, shard_for,
 };
-use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
 use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
+use ringmirror_storage::log::{LogDir, OffsetCheckpoints, TopicPartition};
 
 use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::AdminRequest;
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::ChildGuard;
 use common::pki::{Pki, make_pki};

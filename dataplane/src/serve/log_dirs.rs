@@ -18,7 +18,7 @@ use super::handlers::per_partition;
 use super::listener::ClientConnection;
 use super::registry::ServedPartition;
 use crate::client::error_codes as ec;
-use crate::log::PartitionLog;
+use ringmirror_storage::log::PartitionLog;
 
 fn partition_size(_p: &ServedPartition, log: &PartitionLog, _: &()) -> u64 {
     log.size_bytes()

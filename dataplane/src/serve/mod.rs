@@ -33,7 +33,6 @@ pub mod registry;
 pub mod request;
 pub mod sasl;
 pub mod tls;
-pub mod topic_config;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};

@@ -50,13 +50,13 @@ use super::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
     Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
-use crate::log::{PartitionLog, TopicPartition};
 use crate::serve::acls::{AclOperation, ResourceType};
 use crate::serve::catalog::Catalog;
 use crate::serve::listener::ClientConnection;
 use crate::serve::registry::{Registry, ServedPartition, ShardAccess};
 use crate::serve::request::ServedApi;
 use crate::wire::share_group_offsets;
+use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;

@@ -507,7 +507,7 @@ fn ms(v: i32) -> Duration {
 /// STRING (the records' keys hold it with an i16 length). A flexible
 /// request's compact string may carry a longer one.
 fn storable_group_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= crate::limits::STRING_BYTES_MAX
+    !id.is_empty() && id.len() <= ringmirror_storage::limits::STRING_BYTES_MAX
 }
 
 impl GroupCoordinator {
