@@ -26,7 +26,7 @@ use ringmirror_control::coordinator::{CoordinatorSetup, MirrorCoordinator};
 use ringmirror_control::state_store::MirrorStateStore;
 
 use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
-use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
+use ringmirror_protocol::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
 
 /// glommio's default registered I/O memory per ring.
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use ringmirror_control::admin::http::{AdminPrincipals, AdminSecurity, AdminToken};
 pub use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::sasl::{Mechanism, Secret};
+use ringmirror_protocol::sasl::{Mechanism, Secret};
 use ringmirror_storage::log::LogConfig;
 use serde::Deserialize;
 

@@ -20,7 +20,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::serve::SUPPORTED_APIS;
+use ringmirror_protocol::request::SUPPORTED_APIS;
 use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
 use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 

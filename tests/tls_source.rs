@@ -285,7 +285,7 @@ const MIRROR_PASSWORD: &str = "mirror-pw-4e1f0a9c";
 fn batches_with_sasl(addr: &str, topic: &str, partition: i32) -> common::Batches {
     let mut conn = common::sasl_connect(
         addr,
-        ringmirror_dataplane::sasl::Mechanism::Plain,
+        ringmirror_protocol::sasl::Mechanism::Plain,
         MIRROR_USER,
         MIRROR_PASSWORD,
         Duration::from_secs(10),

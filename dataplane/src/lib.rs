@@ -18,10 +18,7 @@
 
 pub mod client;
 pub mod fetch;
-pub mod lazy_alloc;
-pub mod sasl;
 pub mod serve;
 pub mod shard;
 pub mod transactions;
 pub mod transport;
-pub mod wire;

@@ -1274,7 +1274,7 @@ pub mod logs {
 /// message on failure.
 pub fn sasl_connect(
     addr: &str,
-    mechanism: ringmirror_dataplane::sasl::Mechanism,
+    mechanism: ringmirror_protocol::sasl::Mechanism,
     user: &str,
     password: &str,
     timeout: Duration,
@@ -1282,7 +1282,7 @@ pub fn sasl_connect(
     use kafka_protocol::messages::{
         ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
     };
-    use ringmirror_dataplane::sasl::{ClientExchange, ClientStep, Secret};
+    use ringmirror_protocol::sasl::{ClientExchange, ClientStep, Secret};
     let mut conn = KafkaConnection::connect(addr, timeout).map_err(|e| e.to_string())?;
     let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
     let r: SaslHandshakeResponse = conn

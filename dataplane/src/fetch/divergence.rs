@@ -20,7 +20,8 @@
 //! offset up with the same comparison, rate-limited, on a connection of its
 //! own, and only reports.
 
-use crate::client::{ClientError, Connection, EARLIEST_TIMESTAMP, error_codes, fetch_partition, list_offset};
+use crate::client::{ClientError, Connection, EARLIEST_TIMESTAMP, fetch_partition, list_offset};
+use ringmirror_protocol::error_codes;
 use ringmirror_storage::batch::{BatchSummary, compare_batches};
 
 use super::partition::MirrorPartition;

@@ -10,8 +10,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::client::error_codes::INVALID_TOPIC_EXCEPTION;
 use crate::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes::INVALID_TOPIC_EXCEPTION;
 use ringmirror_storage::limits::{check_cluster_id, check_topic_name, shown};
 use ringmirror_storage::log::TopicPartition;
 

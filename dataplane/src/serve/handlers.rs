@@ -39,10 +39,10 @@ use super::listener::ClientConnection;
 use super::log_dirs;
 use super::mirror_reports::{MirrorReport, MirrorReports};
 use super::registry::{PartitionFn, ServedPartition};
-use super::request::{Request, SUPPORTED_APIS, ServedApi};
 use super::write;
-use crate::client::error_codes as ec;
-use crate::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::request::{Request, SUPPORTED_APIS, ServedApi};
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse, DescribedMirror, DescribedPartition, DescribedTopic,
     PartitionLastMirrorEpoch, TopicLastMirrorEpochs,
 };
@@ -918,7 +918,7 @@ mod tests {
 
     use super::*;
     use crate::serve::mirror_reports::{PartitionReport, TopicReport};
-    use crate::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
+    use ringmirror_protocol::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
 
     fn reports() -> MirrorReports {
         let partition = |lme| PartitionReport {

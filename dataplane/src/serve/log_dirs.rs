@@ -17,7 +17,7 @@ use super::acls::AclOperation;
 use super::handlers::per_partition;
 use super::listener::ClientConnection;
 use super::registry::ServedPartition;
-use crate::client::error_codes as ec;
+use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::log::PartitionLog;
 
 fn partition_size(_p: &ServedPartition, log: &PartitionLog, _: &()) -> u64 {

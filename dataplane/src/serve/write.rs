@@ -30,9 +30,9 @@ use uuid::Uuid;
 use super::catalog::random_bytes;
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
-use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
 use crate::shard::UNCLAIMED_MIRROR;
+use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
 

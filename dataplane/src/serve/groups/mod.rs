@@ -53,9 +53,9 @@ use event_listener::Event;
 pub use share_store::{ShareOffsetStore, ShareStartOffset};
 pub use store::{CommittedOffset, GroupOffsets, OffsetStore};
 
-/// Kafka's error codes, by name.
-pub use crate::client::error_codes as codes;
 use codes::*;
+/// Kafka's error codes, by name.
+pub use ringmirror_protocol::error_codes as codes;
 
 /// The shard that owns `group` (FNV-1a, stable across runs, like the
 /// placement of partitions).

@@ -19,8 +19,8 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::fetch_source_metadata;
-use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
 use ringmirror_perf::synthetic_source::SyntheticSource;
+use ringmirror_protocol::wire::{FetchResponseReader, FetchStep};
 use ringmirror_storage::batch::{BatchIter, ValidatedRange, Validation, validate_batches};
 
 use crate::TOPIC;
