@@ -36,7 +36,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
 use ringmirror_control::metadata_sync::groups::{GroupFilter, GroupOutcome};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::KafkaConnection;
 

@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
 use ringmirror_dataplane::client::{Connection, TlsClientConfig};
 use ringmirror_dataplane::fetch::{FetchStats, ShardEvent, ShardEventCounts, ShardEventReceiver};
-use ringmirror_dataplane::log::TopicPartition;
-use ringmirror_dataplane::sasl::SaslClientConfig;
 use ringmirror_dataplane::serve::{CatalogHandle, MirrorReportsHandle};
 use ringmirror_dataplane::shard::ShardCommand;
+use ringmirror_protocol::sasl::SaslClientConfig;
+use ringmirror_storage::log::TopicPartition;
 
 use crate::admin::{AdminCall, AdminError, PartitionEvent, VerifyJob};
 use crate::metadata_sync::acl_sync::AclSyncReport;

@@ -28,8 +28,8 @@ use super::stats::FetchStats;
 pub(crate) fn mirror_ended(
     registry: &Registry,
     mirror: String,
-    tp: crate::log::TopicPartition,
-    ended: &crate::log::EndedMirroring,
+    tp: ringmirror_storage::log::TopicPartition,
+    ended: &ringmirror_storage::log::EndedMirroring,
     leader_epoch: i32,
     mirrored_epoch: i32,
 ) -> StateEvent {
@@ -338,7 +338,7 @@ impl Supervisor {
 
     /// Starts a `mirror verify` of `tp` against its source leader in a
     /// task of its own (the fetchers go on); `Verified` reports the end.
-    fn start_verify(&self, tp: crate::log::TopicPartition, from_offset: i64, bytes_per_s: u64) {
+    fn start_verify(&self, tp: ringmirror_storage::log::TopicPartition, from_offset: i64, bytes_per_s: u64) {
         let settings = self.settings.get();
         let mirror = settings.name.clone();
         let source = self.metadata.as_ref().and_then(|m| {
@@ -367,13 +367,13 @@ impl Supervisor {
         .detach();
     }
 
-    fn take_pending(&mut self, tp: &crate::log::TopicPartition) -> Option<MirrorPartition> {
+    fn take_pending(&mut self, tp: &ringmirror_storage::log::TopicPartition) -> Option<MirrorPartition> {
         let i = self.pending.iter().position(|p| &p.partition.key.tp == tp)?;
         Some(self.pending.swap_remove(i).partition)
     }
 
     /// Leaves a directive for the fetcher holding `tp`, if any does.
-    fn direct(&mut self, tp: crate::log::TopicPartition, directive: Directive) {
+    fn direct(&mut self, tp: ringmirror_storage::log::TopicPartition, directive: Directive) {
         if self.fetchers.values().any(|f| f.alive.get()) {
             let mut directives = self.directives.borrow_mut();
             if directive == Directive::CheckDivergence {

@@ -20,10 +20,11 @@ use std::time::Duration;
 use event_listener::{Event, EventListener};
 use glommio::net::AcceptedTcpStream;
 
-use super::catalog::{CatalogHandle, TopicConfigMap};
+use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
-use crate::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::topic_config::TopicConfigMap;
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
 
@@ -86,7 +87,7 @@ pub struct Registry {
 
 /// A file in a partition directory saying the topic is local (created at
 /// this agent, writable) rather than mirrored data. It holds the configs
-/// the topic was created with (see [`super::topic_config::encode`]); it is
+/// the topic was created with (see [`ringmirror_storage::topic_config::encode`]); it is
 /// empty for a topic that became local by failover (the control plane
 /// keeps those configs, synced from the source).
 pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
@@ -130,7 +131,7 @@ pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
 /// (empty for a topic that became local by failover, or none was given).
 pub fn local_topic_configs(log_dir: &LogDir, tp: &TopicPartition) -> std::io::Result<TopicConfigMap> {
     let text = std::fs::read_to_string(log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER))?;
-    Ok(super::topic_config::decode(&text))
+    Ok(ringmirror_storage::topic_config::decode(&text))
 }
 
 impl Registry {
@@ -236,7 +237,7 @@ impl Registry {
         write_marker(
             &self.log_dir.partition_dir(tp),
             LOCAL_TOPIC_MARKER,
-            &super::topic_config::encode(configs),
+            &ringmirror_storage::topic_config::encode(configs),
         )?;
         self.register(tp.clone(), ServedPartition::new(log, None));
         Ok(())
@@ -253,17 +254,17 @@ impl Registry {
         &self,
         tp: &TopicPartition,
         source_cluster_id: &str,
-    ) -> Result<(crate::log::EndedMirroring, i32), String> {
+    ) -> Result<(ringmirror_storage::log::EndedMirroring, i32), String> {
         let served = self.get(tp).ok_or("not open on this shard")?;
         // Refused before the marker (which holds it) is written.
-        crate::limits::check_cluster_id(source_cluster_id)?;
+        ringmirror_storage::limits::check_cluster_id(source_cluster_id)?;
         let dir = self.log_dir.partition_dir(tp);
         write_marker(
             &dir,
             ENDING_MIRROR_MARKER,
             &format!("{source_cluster_id}\n{}", served.leader_epoch.get()),
         )?;
-        crate::failpoint::crash_point("end-mirroring:started");
+        ringmirror_storage::failpoint::crash_point("end-mirroring:started");
         let mut log = served.log.try_borrow_mut().map_err(|_| "the log is busy")?;
         let latest = log.epoch_cache().latest().map_or(0, |e| e.epoch);
         let epoch = served.leader_epoch.get().max(latest) + 1;
@@ -273,7 +274,7 @@ impl Registry {
         drop(log);
         served.observe_epoch(epoch);
         write_marker(&dir, LOCAL_TOPIC_MARKER, "")?;
-        crate::failpoint::crash_point("end-mirroring:writable");
+        ringmirror_storage::failpoint::crash_point("end-mirroring:writable");
         let _ = std::fs::remove_file(dir.join(ENDING_MIRROR_MARKER));
         self.register(
             tp.clone(),
@@ -504,7 +505,7 @@ impl Registry {
             let get = |name: &str| overrides.and_then(|o| o.get(name));
             let deletes = match get("cleanup.policy") {
                 Some(policy) => policy.split(',').any(|p| p.trim() == "delete"),
-                None => log.config().cleanup_policy == crate::log::CleanupPolicy::Delete,
+                None => log.config().cleanup_policy == ringmirror_storage::log::CleanupPolicy::Delete,
             };
             if !deletes {
                 continue;
@@ -529,7 +530,11 @@ impl Registry {
     /// partition order, wrapping); returns the one it cleaned.
     fn clean_next_log(&self, after: Option<&TopicPartition>) -> Option<TopicPartition> {
         let catalog = self.catalog.snapshot();
-        let mut candidates: Vec<(TopicPartition, Rc<ServedPartition>, crate::log::CleanOptions)> = self
+        let mut candidates: Vec<(
+            TopicPartition,
+            Rc<ServedPartition>,
+            ringmirror_storage::log::CleanOptions,
+        )> = self
             .partitions
             .borrow()
             .iter()
@@ -570,16 +575,16 @@ impl Registry {
 fn clean_options(
     config: &LogConfig,
     overrides: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<crate::log::CleanOptions> {
+) -> Option<ringmirror_storage::log::CleanOptions> {
     let get = |name: &str| overrides.and_then(|o| o.get(name));
     let compact = match get("cleanup.policy") {
         Some(policy) => policy.split(',').any(|p| p.trim() == "compact"),
-        None => config.cleanup_policy == crate::log::CleanupPolicy::Compact,
+        None => config.cleanup_policy == ringmirror_storage::log::CleanupPolicy::Compact,
     };
     if !compact {
         return None;
     }
-    let mut options = crate::log::CleanOptions::from_config(config);
+    let mut options = ringmirror_storage::log::CleanOptions::from_config(config);
     if let Some(ms) = get("delete.retention.ms").and_then(|v| v.parse().ok()) {
         options.delete_retention_ms = ms;
     }
@@ -662,7 +667,7 @@ mod clean_options_tests {
     #[test]
     fn topic_overrides_win_over_the_log_settings() {
         let compact = LogConfig {
-            cleanup_policy: crate::log::CleanupPolicy::Compact,
+            cleanup_policy: ringmirror_storage::log::CleanupPolicy::Compact,
             ..LogConfig::default()
         };
         let overrides = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {

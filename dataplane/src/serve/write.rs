@@ -27,14 +27,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::catalog::{TopicConfigMap, random_bytes};
+use super::catalog::random_bytes;
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
-use super::topic_config;
-use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
-use crate::log::{PartitionLog, ProduceError, TopicPartition};
 use crate::shard::UNCLAIMED_MIRROR;
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
+use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 /// Names reserved for the agent's own state.
 const RESERVED_PREFIX: &str = "__ringmirror";
@@ -179,7 +179,7 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
 
 /// Kafka's rule for topic names, and ours for the agent's own state.
 fn valid_topic_name(name: &str) -> Result<(), String> {
-    crate::limits::check_topic_name(name)?;
+    ringmirror_storage::limits::check_topic_name(name)?;
     if name.starts_with(RESERVED_PREFIX) {
         return Err(format!("names starting with {RESERVED_PREFIX} are reserved"));
     }

@@ -53,9 +53,9 @@ use event_listener::Event;
 pub use share_store::{ShareOffsetStore, ShareStartOffset};
 pub use store::{CommittedOffset, GroupOffsets, OffsetStore};
 
-/// Kafka's error codes, by name.
-pub use crate::client::error_codes as codes;
 use codes::*;
+/// Kafka's error codes, by name.
+pub use ringmirror_protocol::error_codes as codes;
 
 /// The shard that owns `group` (FNV-1a, stable across runs, like the
 /// placement of partitions).
@@ -507,7 +507,7 @@ fn ms(v: i32) -> Duration {
 /// STRING (the records' keys hold it with an i16 length). A flexible
 /// request's compact string may carry a longer one.
 fn storable_group_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= crate::limits::STRING_BYTES_MAX
+    !id.is_empty() && id.len() <= ringmirror_storage::limits::STRING_BYTES_MAX
 }
 
 impl GroupCoordinator {

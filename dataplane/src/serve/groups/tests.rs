@@ -643,7 +643,7 @@ fn list_groups_filters_by_type_as_kafka() {
 fn a_group_id_longer_than_a_kafka_string_is_refused_and_the_longest_one_kept() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let longest = "g".repeat(crate::limits::STRING_BYTES_MAX);
+    let longest = "g".repeat(ringmirror_storage::limits::STRING_BYTES_MAX);
     let too_long = "g".repeat(40_000);
     let tp = ("t".to_string(), 0);
     {
