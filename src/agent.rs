@@ -14,12 +14,12 @@ use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{
     ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue, shard_for,
 };
-use ringmirror_dataplane::log::{LogDir, OffsetCheckpoints, TopicPartition};
 use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};
+use ringmirror_storage::log::{LogDir, OffsetCheckpoints, TopicPartition};
 
 use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
@@ -27,7 +27,7 @@ use ringmirror_control::coordinator::{CoordinatorSetup, MirrorCoordinator};
 use ringmirror_control::state_store::MirrorStateStore;
 
 use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
-use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
+use ringmirror_protocol::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
 
 /// glommio's default registered I/O memory per ring.
 const IO_MEMORY_DEFAULT_BYTES: usize = 10 << 20;

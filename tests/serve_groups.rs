@@ -224,7 +224,7 @@ fn delete_group(conn: &mut KafkaConnection, group: &str) -> i16 {
 
 /// The advertised versions of this API (from ApiVersions).
 fn versions(api: ApiKey) -> std::ops::RangeInclusive<i16> {
-    let (_, min, max) = *ringmirror_dataplane::serve::SUPPORTED_APIS
+    let (_, min, max) = *ringmirror_protocol::request::SUPPORTED_APIS
         .iter()
         .find(|(k, _, _)| *k == api)
         .expect("advertised");

@@ -20,9 +20,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
-use ringmirror_dataplane::serve::SUPPORTED_APIS;
+use ringmirror_protocol::request::SUPPORTED_APIS;
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 
 const TOPIC: &str = "epochs";
 const EPOCH: i32 = 5;

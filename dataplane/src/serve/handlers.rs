@@ -39,14 +39,14 @@ use super::listener::ClientConnection;
 use super::log_dirs;
 use super::mirror_reports::{MirrorReport, MirrorReports};
 use super::registry::{PartitionFn, ServedPartition};
-use super::request::{Request, SUPPORTED_APIS, ServedApi};
 use super::write;
-use crate::client::error_codes as ec;
-use crate::log::{PartitionLog, TopicPartition};
-use crate::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::request::{Request, SUPPORTED_APIS, ServedApi};
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse, DescribedMirror, DescribedPartition, DescribedTopic,
     PartitionLastMirrorEpoch, TopicLastMirrorEpochs,
 };
+use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 /// ListOffsets special timestamps.
 const LATEST: i64 = -1;
@@ -656,7 +656,7 @@ fn describe_cluster(catalog: &Arc<Catalog>, _request: &DescribeClusterRequest) -
 /// peer syncing configs from us takes exactly those.
 fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String, i8)> {
     let c = log.config();
-    let d = crate::log::LogConfig::default();
+    let d = ringmirror_storage::log::LogConfig::default();
     let source = |differs: bool| {
         if differs {
             SOURCE_STATIC_BROKER_CONFIG
@@ -668,8 +668,8 @@ fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'sta
         (
             "cleanup.policy",
             match c.cleanup_policy {
-                crate::log::CleanupPolicy::Delete => "delete",
-                crate::log::CleanupPolicy::Compact => "compact",
+                ringmirror_storage::log::CleanupPolicy::Delete => "delete",
+                ringmirror_storage::log::CleanupPolicy::Compact => "compact",
             }
             .to_string(),
             source(c.cleanup_policy != d.cleanup_policy),
@@ -922,7 +922,7 @@ mod tests {
 
     use super::*;
     use crate::serve::mirror_reports::{PartitionReport, TopicReport};
-    use crate::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
+    use ringmirror_protocol::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
 
     fn reports() -> MirrorReports {
         let partition = |lme| PartitionReport {

@@ -32,10 +32,8 @@ mod log_dirs;
 pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;
-pub mod request;
 pub mod sasl;
 pub mod tls;
-pub mod topic_config;
 pub mod transactions;
 mod write;
 
@@ -51,4 +49,3 @@ pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
 };
-pub use request::{Request, RequestError, SUPPORTED_APIS, ServedApi, decode_request};

@@ -35,14 +35,15 @@ use super::catalog::CatalogHandle;
 use super::listener::ClientConnection;
 use super::producer_ids::ProducerIds;
 use super::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
-use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
-use crate::log::{PartitionLog, ProduceError, TopicPartition};
 use crate::transactions::{
     InitProducerIdRequest as InitRequest, ListTransactionsFilter, MarkerOutcome, MarkerRequest, MarkerTarget,
     PartitionCheck, ProducerIdAllocator, TransactionConfig, TransactionCoordinator, TransactionResult,
     transaction_shard,
 };
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::request::TransactionRequest;
+use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 
 /// A coordinator's verdict on a partition as the producer is told it (of
 /// its Produce or TxnOffsetCommit), as Kafka's `AddPartitionsToTxnManager`
@@ -63,16 +64,6 @@ pub fn verification_error(code: i16, abortable_known: bool) -> i16 {
 /// Longest sleep of the timer task when no deadline is near (it is woken
 /// earlier when a call files a sooner one).
 const TIMER_IDLE_MS: i64 = 10_000;
-
-/// The transaction requests, decoded.
-#[derive(Debug)]
-pub enum TransactionRequest {
-    AddPartitionsToTxn(AddPartitionsToTxnRequest),
-    AddOffsetsToTxn(AddOffsetsToTxnRequest),
-    EndTxn(EndTxnRequest),
-    DescribeTransactions(DescribeTransactionsRequest),
-    ListTransactions(ListTransactionsRequest),
-}
 
 /// The message a transaction touching a mirror topic gets.
 pub fn mirror_topic_message(topic: &str) -> String {

@@ -28,16 +28,16 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::catalog::{TopicConfigMap, random_bytes};
+use super::catalog::random_bytes;
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
-use super::topic_config;
 use super::transactions::{mirror_topic_message, verification_error};
-use crate::batch::RecordBatch;
-use crate::client::error_codes as ec;
 use crate::fetch::shard_for;
-use crate::log::{PartitionLog, ProduceError, TopicPartition};
 use crate::shard::UNCLAIMED_MIRROR;
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_storage::batch::RecordBatch;
+use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
+use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 /// Names reserved for the agent's own state.
 const RESERVED_PREFIX: &str = "__ringmirror";
@@ -229,7 +229,7 @@ async fn verify_transaction(conn: &ClientConnection, version: i16, transactional
 
 /// Kafka's rule for topic names, and ours for the agent's own state.
 fn valid_topic_name(name: &str) -> Result<(), String> {
-    crate::limits::check_topic_name(name)?;
+    ringmirror_storage::limits::check_topic_name(name)?;
     if name.starts_with(RESERVED_PREFIX) {
         return Err(format!("names starting with {RESERVED_PREFIX} are reserved"));
     }

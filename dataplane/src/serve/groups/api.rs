@@ -37,14 +37,13 @@ use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{
-    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsRequest,
-    DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader,
-    ShareGroupDescribeRequest, ShareGroupDescribeResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
-    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsResponse,
+    DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -54,13 +53,13 @@ use super::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
     Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
-use crate::log::{PartitionLog, TopicPartition};
 use crate::serve::acls::{AclOperation, ResourceType};
 use crate::serve::catalog::Catalog;
 use crate::serve::listener::ClientConnection;
 use crate::serve::registry::{Registry, ServedPartition, ShardAccess};
-use crate::serve::request::ServedApi;
-use crate::wire::share_group_offsets;
+use ringmirror_protocol::request::{GroupRequest, ServedApi};
+use ringmirror_protocol::wire::share_group_offsets;
+use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -76,26 +75,6 @@ const SHARE_ASSIGNOR: &str = "simple";
 /// Longest sleep of the timer task when no deadline is near (it is woken
 /// earlier when a deadline moves up).
 const TIMER_IDLE: Duration = Duration::from_secs(10);
-
-/// The group requests, decoded.
-#[derive(Debug)]
-pub enum GroupRequest {
-    FindCoordinator(FindCoordinatorRequest),
-    JoinGroup(JoinGroupRequest),
-    SyncGroup(SyncGroupRequest),
-    Heartbeat(HeartbeatRequest),
-    LeaveGroup(LeaveGroupRequest),
-    OffsetCommit(OffsetCommitRequest),
-    TxnOffsetCommit(TxnOffsetCommitRequest),
-    OffsetFetch(OffsetFetchRequest),
-    ListGroups(ListGroupsRequest),
-    DescribeGroups(DescribeGroupsRequest),
-    DeleteGroups(DeleteGroupsRequest),
-    ShareGroupDescribe(ShareGroupDescribeRequest),
-    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
-    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
-    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
-}
 
 /// Opens this shard's coordinator and starts its timer task; without one
 /// (its offsets log cannot be opened) the shard's groups answer

@@ -322,6 +322,54 @@ fn offsets_persist_and_deletion_is_for_empty_groups_only() {
 }
 
 #[test]
+fn offsets_past_the_log_end_are_moved_back_to_it_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let tp = |p: i32| ("orders".to_string(), p);
+    {
+        let mut c = coordinator(dir.path());
+        assert_eq!(
+            c.commit(
+                "ahead",
+                -1,
+                "",
+                vec![(tp(0), offset(1_000)), (tp(1), offset(2_000))],
+                t0
+            ),
+            [NONE, NONE]
+        );
+        assert_eq!(c.commit("behind", -1, "", vec![(tp(0), offset(40))], t0), [NONE]);
+        assert_eq!(c.commit("at-end", -1, "", vec![(tp(0), offset(50))], t0), [NONE]);
+        assert_eq!(c.alter_share_offsets("share-ahead", vec![(tp(0), 70)], 1), Ok(()));
+        assert_eq!(c.alter_share_offsets("share-behind", vec![(tp(0), 30)], 1), Ok(()));
+
+        assert_eq!(c.clamp_offsets_to_log_end("orders", 0, 50, 9).unwrap(), 2);
+        assert_eq!(
+            c.clamp_offsets_to_log_end("orders", 0, 50, 10).unwrap(),
+            0,
+            "idempotent"
+        );
+    }
+    // As stored: read back after a reopen.
+    let c = coordinator(dir.path());
+    let clamped = CommittedOffset {
+        offset: 50,
+        leader_epoch: -1,
+        metadata: "meta".into(),
+        commit_timestamp: 9,
+    };
+    assert_eq!(
+        c.committed("ahead", None),
+        [(tp(0), Some(clamped)), (tp(1), Some(offset(2_000)))],
+        "only the ended partition moves"
+    );
+    assert_eq!(c.committed("behind", None), [(tp(0), Some(offset(40)))]);
+    assert_eq!(c.committed("at-end", None), [(tp(0), Some(offset(50)))]);
+    assert_eq!(starts(c.share_offsets("share-ahead", None)), [(tp(0), Some(50))]);
+    assert_eq!(starts(c.share_offsets("share-behind", None)), [(tp(0), Some(30))]);
+}
+
+#[test]
 fn group_placement_is_stable() {
     assert_eq!(group_shard("g", 1), 0);
     assert_eq!(group_shard("orders-consumers", 4), group_shard("orders-consumers", 4));
@@ -595,7 +643,7 @@ fn list_groups_filters_by_type_as_kafka() {
 fn a_group_id_longer_than_a_kafka_string_is_refused_and_the_longest_one_kept() {
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let longest = "g".repeat(crate::limits::STRING_BYTES_MAX);
+    let longest = "g".repeat(ringmirror_storage::limits::STRING_BYTES_MAX);
     let too_long = "g".repeat(40_000);
     let tp = ("t".to_string(), 0);
     {

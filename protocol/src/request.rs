@@ -11,6 +11,16 @@ use std::panic::AssertUnwindSafe;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest,
+};
+use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest, DescribeGroupsRequest,
+    DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    ShareGroupDescribeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
+};
+use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
     DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest, FetchRequest,
     InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
@@ -18,11 +28,45 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
-use super::groups::api::GroupRequest;
-use super::sasl::SaslRequest;
-use super::transactions::TransactionRequest;
 use crate::wire::describe_cluster_mirrors::{self, DescribeClusterMirrorsRequest};
 use crate::wire::share_group_offsets;
+
+/// The group requests, decoded.
+#[derive(Debug)]
+pub enum GroupRequest {
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    ListGroups(ListGroupsRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    ShareGroupDescribe(ShareGroupDescribeRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
+}
+
+/// The transaction coordinator's requests (InitProducerId aside).
+#[derive(Debug)]
+pub enum TransactionRequest {
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
+}
+
+/// The SASL requests.
+#[derive(Debug)]
+pub enum SaslRequest {
+    Handshake(SaslHandshakeRequest),
+    Authenticate(SaslAuthenticateRequest),
+}
 
 /// An API we serve, with Kafka's key as its value (`api as i16`). It is
 /// not [`ApiKey`] because `kafka-protocol` does not know every API we serve
