@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ringmirror_dataplane::batch::{BatchIter, Validation, validate_batches};
+use ringmirror_storage::batch::{BatchIter, Validation, validate_batches};
 
 use common::{MAX_BATCH_BYTES, MIB, build_run, size_label};
 

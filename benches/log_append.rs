@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use memmap2::{Advice, MmapMut, MmapOptions};
-use ringmirror_dataplane::batch::{Validation, validate_batches};
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::batch::{Validation, validate_batches};
+use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog};
 
 use common::{MAX_BATCH_BYTES, MIB, NOW_MS, build_run, chunks, size_label};
 

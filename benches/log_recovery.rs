@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog, RecoveryReport};
+use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog, RecoveryReport};
 
 use common::{KIB, MIB, NOW_MS, build_run, chunks};
 

@@ -859,7 +859,7 @@ fn security(c: &MirrorConfig) -> String {
         Some(sasl) => {
             let password = match &c.sasl_password_file {
                 Some(path) => format!("from {}", path.display()),
-                None => ringmirror_dataplane::sasl::REDACTED.into(),
+                None => ringmirror_protocol::sasl::REDACTED.into(),
             };
             format!(
                 "sasl_plaintext {} user={} password={password}",

@@ -39,8 +39,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use ringmirror_control::admin::http::{AdminPrincipals, AdminSecurity, AdminToken};
 pub use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::log::LogConfig;
-use ringmirror_dataplane::sasl::{Mechanism, Secret};
+use ringmirror_protocol::sasl::{Mechanism, Secret};
+use ringmirror_storage::log::LogConfig;
 use serde::Deserialize;
 
 /// The user the agent authenticates as at its own SASL listener (the

@@ -34,11 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use ringmirror_dataplane::batch::{
+use ringmirror_dataplane::fetch::{ShardEvent, StateEvent, TelemetryEvent};
+use ringmirror_storage::batch::{
     BATCH_HEADER_BYTES, BatchBuilder, BatchIter, BuildRecord, Compression, ControlType, LOG_OVERHEAD_BYTES, RecordBatch,
 };
-use ringmirror_dataplane::fetch::{ShardEvent, StateEvent, TelemetryEvent};
-use ringmirror_dataplane::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 use crate::agent::{Agent, EventObserver};
 use crate::config::AgentConfig;

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use ringmirror_dataplane::batch::{BatchIter, ControlRecord, ControlType, RecordBatch, TimestampType, decode_records};
+use ringmirror_storage::batch::{BatchIter, ControlRecord, ControlType, RecordBatch, TimestampType, decode_records};
 
 /// Framing bound for dump-log: generous, since this is an inspection tool.
 const DUMP_BATCH_BYTES_MAX: u32 = 1 << 30;

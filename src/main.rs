@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ringmirror_dataplane::lazy_alloc::LazyHugeAlloc;
+use ringmirror_protocol::lazy_alloc::LazyHugeAlloc;
 
 /// Client requests can claim billions of array elements in a few bytes and
 /// the protocol decoders reserve that much up front; served lazily, such a

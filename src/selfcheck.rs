@@ -17,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
-use ringmirror_dataplane::batch::{BatchBuilder, BatchIter, BuildRecord, ControlType, RecordBatch};
-use ringmirror_dataplane::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::batch::{BatchBuilder, BatchIter, BuildRecord, ControlType, RecordBatch};
+use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 const TOPIC: &str = "selfcheck";
 const TOPIC_ID: [u8; 16] = *b"ringmirror-self!";
@@ -126,7 +126,7 @@ fn partition() -> TopicPartition {
     TopicPartition::new(TOPIC, 0)
 }
 
-fn open_log(dir: &Path) -> anyhow::Result<(LogDir, PartitionLog, ringmirror_dataplane::log::RecoveryReport)> {
+fn open_log(dir: &Path) -> anyhow::Result<(LogDir, PartitionLog, ringmirror_storage::log::RecoveryReport)> {
     let log_dir = LogDir::open(dir).context("open data dir")?;
     let (log, report) = log_dir.open_partition(&partition(), Some(TOPIC_ID), config(), now_ms())?;
     Ok((log_dir, log, report))

@@ -34,10 +34,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::sasl::Mechanism;
 use ringmirror_dataplane::serve::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
+use ringmirror_protocol::sasl::Mechanism;
 use serde_json::Value;
 
 use common::{KafkaConnection, sasl_connect};

@@ -478,7 +478,7 @@ fn write_principals(dir: &Path, names: &[&str]) -> PathBuf {
     let lines: String = names
         .iter()
         .map(|name| {
-            let digest = ringmirror_dataplane::sasl::plain::password_digest(principal_token(name).as_bytes());
+            let digest = ringmirror_protocol::sasl::plain::password_digest(principal_token(name).as_bytes());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
             format!("User:{name}  sha256:{hex}\n")
         })

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, ControlType, encode_mirror_pid_reset_value};
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, ControlType, encode_mirror_pid_reset_value};
+use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog};
 
 fn ringmirror() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ringmirror"))

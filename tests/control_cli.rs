@@ -42,7 +42,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror_control::admin::PartitionView;
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, RecordBatch, decode_records};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, RecordBatch, decode_records};
 
 use common::{ChildGuard, KafkaConnection};
 

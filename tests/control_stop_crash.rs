@@ -42,10 +42,10 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::cli_admin::AdminClient;
 use ringmirror_control::admin::{AdminAnswer, PartitionView};
-use ringmirror_dataplane::batch::{BatchIter, ControlRecord, ControlType};
-use ringmirror_dataplane::failpoint::CRASH_AT_ENV;
-use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::serve::registry::{ENDING_MIRROR_MARKER, LOCAL_TOPIC_MARKER};
+use ringmirror_storage::batch::{BatchIter, ControlRecord, ControlType};
+use ringmirror_storage::failpoint::CRASH_AT_ENV;
+use ringmirror_storage::log::TopicPartition;
 
 use common::{ChildGuard, MAX_BATCH_BYTES, SourcePartitionLog, batch_view};
 

@@ -33,11 +33,11 @@ use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::{AgentConfig, MirrorConfig};
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, PartitionView};
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, RecordBatch, decode_records};
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::{SourceMetadata, fetch_source_metadata};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, RecordBatch, decode_records};
+use ringmirror_storage::log::TopicPartition;
 
 /// Every wait in these tests is bounded by this.
 const DEADLINE: Duration = Duration::from_secs(60);

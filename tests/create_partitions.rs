@@ -28,8 +28,8 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::serve::registry::LOCAL_TOPIC_MARKER;
+use ringmirror_storage::log::TopicPartition;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const INVALID_PARTITIONS: i16 = 37;

@@ -33,7 +33,7 @@ use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorMetrics};
 use ringmirror_control::metadata_sync::deletion::TopicCheck;
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::metadata_proxy::{MetadataProxy, Rule};
 

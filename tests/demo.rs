@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ringmirror::demo::{Codec, compress_batch, parse_size, verify};
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, Compression, RecordBatch, decode_records};
 use ringmirror_kafka_harness::ChildGuard;
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, Compression, RecordBatch, decode_records};
 
 /// Bounds each wait of the kept-running test (start, health, stop).
 const KEEP_RUNNING_WAIT: Duration = Duration::from_secs(60);

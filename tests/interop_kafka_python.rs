@@ -16,8 +16,8 @@
 mod common;
 
 use common::*;
-use ringmirror_dataplane::batch::{BatchIter, Compression, Validation, decode_records, validate_batches};
-use ringmirror_dataplane::log::{AbortedTxn, LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::batch::{BatchIter, Compression, Validation, decode_records, validate_batches};
+use ringmirror_storage::log::{AbortedTxn, LogConfig, OpenOptions, PartitionLog};
 use serde_json::Value;
 
 /// Batches built by kafka-python, split as (base offset, bytes), with the expectations.

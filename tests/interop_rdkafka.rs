@@ -29,8 +29,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use ringmirror_dataplane::batch::{BatchBuilder, Compression, ControlType, decode_records};
-use ringmirror_dataplane::log::{AbortedTxn, LogConfig, PartitionLog};
+use ringmirror_storage::batch::{BatchBuilder, Compression, ControlType, decode_records};
+use ringmirror_storage::log::{AbortedTxn, LogConfig, PartitionLog};
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(30);

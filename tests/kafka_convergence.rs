@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::kafka::{KafkaCluster, KafkaClusterSpec, driver, tool_output};
 

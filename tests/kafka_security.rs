@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::kafka::{KafkaCluster, KafkaClusterSpec, driver, tool, tool_output};
 use common::pki::{Pki, make_pki};

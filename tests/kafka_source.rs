@@ -31,7 +31,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ringmirror::agent::Agent;
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::kafka::{KafkaCluster, KafkaClusterSpec, driver, tool};
 

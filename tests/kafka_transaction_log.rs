@@ -14,14 +14,14 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use ringmirror_dataplane::batch::{BatchIter, decode_records};
-use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::transactions::record::{TransactionLogValue, decode_key};
 use ringmirror_dataplane::transactions::{
     InitProducerIdRequest, MarkerOutcome, PartitionCheck, ProducerIdAllocator, TransactionConfig,
     TransactionCoordinator, TransactionResult,
 };
 use ringmirror_kafka_harness::tool;
+use ringmirror_storage::batch::{BatchIter, decode_records};
+use ringmirror_storage::log::TopicPartition;
 
 const T0: i64 = 1_700_000_000_000;
 const BATCH_BYTES_MAX: u32 = 1 << 20;

@@ -24,7 +24,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::log::LogConfig;
+use ringmirror_storage::log::LogConfig;
 
 const TOPIC: &str = "compacted-local";
 const KEYS: usize = 10;

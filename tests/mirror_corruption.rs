@@ -19,8 +19,8 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
-use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
+use ringmirror_protocol::wire::{FetchResponseReader, FetchStep};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 
 use common::rewriting_proxy::{self, API_FETCH, API_METADATA};
 

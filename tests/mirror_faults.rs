@@ -31,9 +31,9 @@ use rdkafka::producer::Producer;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::batch::{Compression, decode_records};
 use ringmirror_dataplane::fetch::{ShardEvent, StateEvent};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::batch::{Compression, decode_records};
+use ringmirror_storage::log::TopicPartition;
 
 use common::{MAX_DECOMPRESSED_BYTES, assert_mirrors_source, batch_view, source_high_watermark};
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 
 const MIRROR_DEADLINE: Duration = Duration::from_secs(60);
 

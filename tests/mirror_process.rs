@@ -29,7 +29,7 @@ use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::{ChildGuard, DiskScan, assert_mirrors_source, scan_partition_dir, source_high_watermark};
 

@@ -46,10 +46,10 @@ use ringmirror::agent::Agent;
 use ringmirror::config::{AgentConfig, MirrorConfig};
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorDescription};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::sasl::{ClientExchange, ClientStep, Mechanism, Password, SaslClientConfig, Secret};
 use ringmirror_dataplane::serve::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
+use ringmirror_protocol::sasl::{ClientExchange, ClientStep, Mechanism, Password, SaslClientConfig, Secret};
 use serde_json::Value;
 
 use common::KafkaConnection;

@@ -30,8 +30,8 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror::demo::{Codec, compress_batch};
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, ControlRecord, ControlType, RecordBatch, decode_records};
-use ringmirror_dataplane::log::{AbortedTxn, LogConfig, LogDir, TopicPartition};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, ControlRecord, ControlType, RecordBatch, decode_records};
+use ringmirror_storage::log::{AbortedTxn, LogConfig, LogDir, TopicPartition};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const SEGMENT_BYTES: u64 = 65536;

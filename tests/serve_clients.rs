@@ -37,8 +37,8 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord, ControlType};
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord, ControlType};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 use serde_json::Value;
 
 /// Bound on every wait for the source, the agent or a client.
@@ -757,11 +757,7 @@ const COORDINATOR_EPOCH: i32 = 9;
 /// reader must see: the fate of every record, where the control records
 /// are, and the last stable offset (the first offset of the earliest
 /// transaction still open, else the log end).
-fn build_partition(
-    log: &mut ringmirror_dataplane::log::PartitionLog,
-    partition: i32,
-    steps: &[Step],
-) -> BuiltPartition {
+fn build_partition(log: &mut ringmirror_storage::log::PartitionLog, partition: i32, steps: &[Step]) -> BuiltPartition {
     let mut offset = 0i64;
     let mut sequences: BTreeMap<i64, i32> = BTreeMap::new();
     // Producer id → (first offset, indices of its records) of its open transaction.

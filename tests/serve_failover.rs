@@ -19,7 +19,7 @@ use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::agent::Agent;
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 const TOPIC: &str = "ledger";
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -167,9 +167,9 @@ fn ending_mirroring_makes_the_topic_writable_and_closes_open_transactions() {
 /// job (markers written once, partition writable).
 #[test]
 fn an_interrupted_end_of_mirroring_is_finished_at_start() {
-    use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
-    use ringmirror_dataplane::log::{LogConfig, LogDir};
     use ringmirror_dataplane::serve::registry::ENDING_MIRROR_MARKER;
+    use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
+    use ringmirror_storage::log::{LogConfig, LogDir};
 
     let dir = tempfile::tempdir().unwrap();
     let tp = TopicPartition::new(TOPIC, 0);

@@ -32,10 +32,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
-use ringmirror_dataplane::lazy_alloc::LazyHugeAlloc;
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
-use ringmirror_dataplane::serve::{RequestError, SUPPORTED_APIS, decode_request};
+use ringmirror_protocol::lazy_alloc::LazyHugeAlloc;
+use ringmirror_protocol::request::{RequestError, SUPPORTED_APIS, decode_request};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 
 #[global_allocator]
 static ALLOCATOR: LazyHugeAlloc = LazyHugeAlloc;

@@ -22,7 +22,7 @@ use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, PartitionReport, TopicReport};
-use ringmirror_dataplane::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };
 

@@ -21,8 +21,8 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::mocking::MockCluster;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::batch::{ControlRecord, ControlType, RecordBatch};
-use ringmirror_dataplane::log::{LogConfig, LogDir, TopicPartition};
+use ringmirror_storage::batch::{ControlRecord, ControlType, RecordBatch};
+use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 
 use common::rewriting_proxy::{self, API_METADATA};
 use common::{describe_mirror, wait_until};

@@ -23,7 +23,7 @@ use rdkafka::producer::BaseRecord;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, ShardEventMetrics};
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::{describe_mirror, wait_until};
 

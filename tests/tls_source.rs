@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::AdminRequest;
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use common::ChildGuard;
 use common::pki::{Pki, make_pki};
@@ -285,7 +285,7 @@ const MIRROR_PASSWORD: &str = "mirror-pw-4e1f0a9c";
 fn batches_with_sasl(addr: &str, topic: &str, partition: i32) -> common::Batches {
     let mut conn = common::sasl_connect(
         addr,
-        ringmirror_dataplane::sasl::Mechanism::Plain,
+        ringmirror_protocol::sasl::Mechanism::Plain,
         MIRROR_USER,
         MIRROR_PASSWORD,
         Duration::from_secs(10),

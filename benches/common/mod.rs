@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use ringmirror_dataplane::batch::{BatchBuilder, BatchIter, BuildRecord};
+use ringmirror_storage::batch::{BatchBuilder, BatchIter, BuildRecord};
 
 pub const KIB: usize = 1024;
 pub const MIB: usize = 1024 * KIB;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use ringmirror_dataplane::client::{ClientCertFiles, ConnectionOptions, TlsClientConfig};
 use ringmirror_dataplane::fetch::{IngestMode, MirrorSettings};
-use ringmirror_dataplane::sasl::{Mechanism, Password, SaslClientConfig, Secret};
+use ringmirror_protocol::sasl::{Mechanism, Password, SaslClientConfig, Secret};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -287,7 +287,7 @@ impl MirrorConfig {
             (Some(p), None) if p.expose().is_empty() => Err("sasl_password is empty".into()),
             (Some(p), None) if p.is_redacted() => Err(format!(
                 "sasl_password is the placeholder {:?} API answers show, not a password",
-                ringmirror_dataplane::sasl::REDACTED
+                ringmirror_protocol::sasl::REDACTED
             )),
             // The file is read at each connect, on the agent's host (a CLI
             // elsewhere cannot check it).

@@ -31,7 +31,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ringmirror_dataplane::fetch::stable_hash;
-use ringmirror_dataplane::log::{CompactedLog, KeyedRecord, LogError};
+use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError};
 use serde::{Deserialize, Serialize};
 
 use crate::mirror::MirrorConfig;

@@ -16,16 +16,9 @@
 //! This crate never imports the control plane; the control plane drives it
 //! through the types exported here.
 
-pub mod batch;
 pub mod client;
-pub mod failpoint;
 pub mod fetch;
-pub mod lazy_alloc;
-pub mod limits;
-pub mod log;
-pub mod sasl;
 pub mod serve;
 pub mod shard;
 pub mod transactions;
 pub mod transport;
-pub mod wire;

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
+use ringmirror_protocol::wire::{FetchResponseReader, FetchStep};
 
 fuzz_target!(|data: &[u8]| {
     let [version, chunk, frame @ ..] = data else { return };

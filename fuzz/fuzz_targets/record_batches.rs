@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::batch::{BatchIter, ControlRecord, Validation, decode_records, validate_batches};
+use ringmirror_storage::batch::{BatchIter, ControlRecord, Validation, decode_records, validate_batches};
 
 fuzz_target!(|data: &[u8]| {
     let validation = Validation { next_offset: 0, max_batch_bytes: 1 << 20, fetch_epoch: Some(5), last_epoch: None };

@@ -11,8 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::lazy_alloc::LazyHugeAlloc;
-use ringmirror_dataplane::serve::{RequestError, SUPPORTED_APIS, decode_request};
+use ringmirror_protocol::lazy_alloc::LazyHugeAlloc;
+use ringmirror_protocol::request::{RequestError, SUPPORTED_APIS, decode_request};
 
 #[global_allocator]
 static ALLOCATOR: LazyHugeAlloc = LazyHugeAlloc;

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog};
 
 fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -7,7 +7,7 @@
 //! every copy stays valid without recomputing anything.
 
 use bytes::Bytes;
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
 
 /// Distinct template batches (so consecutive batches differ).
 const TEMPLATES: usize = 16;
@@ -191,7 +191,7 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringmirror_dataplane::batch::{Validation, validate_batches};
+    use ringmirror_storage::batch::{Validation, validate_batches};
 
     #[test]
     fn every_batch_is_valid_at_consecutive_offsets() {

@@ -44,7 +44,7 @@ use kafka_protocol::messages::{
     ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes, decode_request_header_from_buffer};
-use ringmirror_dataplane::batch::BatchIter;
+use ringmirror_storage::batch::BatchIter;
 
 use crate::dataset::Dataset;
 use crate::procstat;

@@ -19,9 +19,9 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use ringmirror_dataplane::batch::{BatchIter, Record, RecordBatch};
-use ringmirror_dataplane::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
 pub use ringmirror_kafka_harness::ChildGuard;
+use ringmirror_storage::batch::{BatchIter, Record, RecordBatch};
+use ringmirror_storage::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
 use serde_json::Value;
 
 pub mod kafka;
@@ -1009,7 +1009,7 @@ pub fn agent_process_setup(command: &mut Command, log_path: &Path) {
     command
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .env_remove(ringmirror_dataplane::failpoint::CRASH_AT_ENV)
+        .env_remove(ringmirror_storage::failpoint::CRASH_AT_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
@@ -1274,7 +1274,7 @@ pub mod logs {
 /// message on failure.
 pub fn sasl_connect(
     addr: &str,
-    mechanism: ringmirror_dataplane::sasl::Mechanism,
+    mechanism: ringmirror_protocol::sasl::Mechanism,
     user: &str,
     password: &str,
     timeout: Duration,
@@ -1282,7 +1282,7 @@ pub fn sasl_connect(
     use kafka_protocol::messages::{
         ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
     };
-    use ringmirror_dataplane::sasl::{ClientExchange, ClientStep, Secret};
+    use ringmirror_protocol::sasl::{ClientExchange, ClientStep, Secret};
     let mut conn = KafkaConnection::connect(addr, timeout).map_err(|e| e.to_string())?;
     let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
     let r: SaslHandshakeResponse = conn

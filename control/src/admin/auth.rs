@@ -50,10 +50,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::http::{HeaderMap, header};
-use ringmirror_dataplane::sasl::Secret;
 use ringmirror_dataplane::serve::AclStore;
 use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation, ResourceType};
 use ringmirror_dataplane::serve::authorizer::decide;
+use ringmirror_protocol::sasl::Secret;
 use subtle::ConstantTimeEq;
 
 use crate::admin::AdminAnswer;
@@ -152,7 +152,7 @@ struct TokenDigest([u8; 32]);
 
 impl TokenDigest {
     fn of(token: &[u8]) -> Self {
-        Self(ringmirror_dataplane::sasl::plain::password_digest(token))
+        Self(ringmirror_protocol::sasl::plain::password_digest(token))
     }
 
     /// Whether the digests are equal, in time independent of both.

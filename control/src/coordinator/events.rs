@@ -6,10 +6,10 @@
 use std::time::Instant;
 
 use crate::admin::PartitionEvent;
-use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::{ShardEvent, StateEvent, StopReason, TelemetryEvent};
-use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::shard::ShardCommand;
+use ringmirror_storage::failpoint::crash_point;
+use ringmirror_storage::log::TopicPartition;
 
 use super::{Core, now_ms};
 use crate::state::MirrorPartitionState as State;

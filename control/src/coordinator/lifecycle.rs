@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
-use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::fetch::destination_epoch as epochs;
 use ringmirror_dataplane::fetch::{PartitionKey, SourceMetadata};
-use ringmirror_dataplane::log::{MirrorSource, TopicPartition};
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
+use ringmirror_storage::failpoint::crash_point;
+use ringmirror_storage::log::{MirrorSource, TopicPartition};
 
 use super::connections::connection;
 use super::{Core, Partition, SYNC_RETRY_MIN, internal, now_ms};

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use ringmirror_dataplane::failpoint::crash_point;
 use ringmirror_dataplane::shard::ShardCommand;
+use ringmirror_storage::failpoint::crash_point;
 
 use super::{Core, Mirror, internal, new_mirror, now_ms};
 use crate::admin::{AdminAnswer, AdminError, AdminRequest, TopicPartitionName};

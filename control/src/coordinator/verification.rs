@@ -3,8 +3,8 @@
 //! verification job their `Verified` events fill in.
 
 use ringmirror_dataplane::fetch::VerifyOutcome;
-use ringmirror_dataplane::log::TopicPartition;
 use ringmirror_dataplane::shard::ShardCommand;
+use ringmirror_storage::log::TopicPartition;
 
 use super::{Core, now_ms};
 use crate::admin::{AdminAnswer, AdminError, PartitionVerify, TopicPartitionName, VerifyJob};

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::client::error_codes::{
+use ringmirror_dataplane::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes::{
     NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use ringmirror_dataplane::client::{ClientError, Connection};
 use serde::{Deserialize, Serialize};
 
 /// A source that reports no topic ids (Metadata below v10) gives this.

@@ -48,8 +48,8 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes as codes;
 use serde::{Deserialize, Serialize};
 
 /// DescribeConfigs resource type of topics.

@@ -18,8 +18,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 
 use super::error::ClientError;
 use super::tls::{self, TlsClientConfig};
-use crate::sasl::SaslClientConfig;
 use crate::transport::Transport;
+use ringmirror_protocol::sasl::SaslClientConfig;
 
 /// Receive buffer for everything but record bytes: response headers and
 /// small responses. Sized to hold a typical Metadata response in one read.

@@ -40,7 +40,7 @@ pub enum ClientError {
     #[error("{addr}: the broker does not enable SASL mechanism {mechanism} (it enables: {enabled})")]
     SaslMechanism {
         addr: String,
-        mechanism: crate::sasl::Mechanism,
+        mechanism: ringmirror_protocol::sasl::Mechanism,
         enabled: String,
     },
     /// Never carries the password: `reason` is the broker's message or
@@ -48,7 +48,7 @@ pub enum ClientError {
     #[error("{addr}: SASL authentication failed ({mechanism} as user {username:?}): {reason}")]
     SaslAuthentication {
         addr: String,
-        mechanism: crate::sasl::Mechanism,
+        mechanism: ringmirror_protocol::sasl::Mechanism,
         username: String,
         reason: String,
     },

@@ -1,7 +1,7 @@
 //! A peer's last mirror epochs (LME), for failback (KIP-1279). Before
 //! mirroring back from a cluster that mirrored from us, we ask it for the
 //! LME of each partition with `DescribeClusterMirrors` (API 99; see
-//! [`crate::wire::describe_cluster_mirrors`]). Then we truncate our log at
+//! [`ringmirror_protocol::wire::describe_cluster_mirrors`]). Then we truncate our log at
 //! the start offset of the first epoch above it (DESIGN.md, "Log
 //! convergence"). A source that does not know API 99 (plain Kafka) never
 //! mirrored from anyone: every LME is -1, "truncate all".
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::connection::Connection;
 use super::error::ClientError;
-use crate::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse, LastMirrorEpochLookup, VERSION,
 };
 

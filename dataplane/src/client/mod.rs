@@ -3,12 +3,11 @@
 //! the few requests the mirror needs (Metadata, ListOffsets,
 //! OffsetForLeaderEpoch, Fetch), TLS, SASL (PLAIN, SCRAM) after ApiVersions.
 //! Schemas come from the `kafka-protocol`
-//! crate; Fetch responses are read as a stream (see [`crate::wire`]) so
+//! crate; Fetch responses are read as a stream (see [`ringmirror_protocol::wire`]) so
 //! record bytes can go straight into the log.
 
 mod connection;
 mod error;
-pub mod error_codes;
 pub mod mirror_epochs;
 mod requests;
 mod sasl;

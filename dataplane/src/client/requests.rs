@@ -9,7 +9,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::connection::Connection;
 use super::error::ClientError;
-use crate::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 /// The error for a response that has no entry for the partition asked about.
 fn no_answer(conn: &Connection, api: &'static str, version: i16, tp: &TopicPartition) -> ClientError {

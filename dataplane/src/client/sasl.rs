@@ -10,8 +10,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::connection::Connection;
 use super::error::ClientError;
-use super::error_codes as ec;
-use crate::sasl::{ClientExchange, ClientStep, SaslClientConfig};
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::sasl::{ClientExchange, ClientStep, SaslClientConfig};
 
 /// SCRAM takes two round trips and PLAIN one; a server asking for more is
 /// not one we understand.

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use crate::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use super::partition::MirrorPartition;
 use super::supervisor::MirrorSettings;

@@ -20,8 +20,9 @@
 //! offset up with the same comparison, rate-limited, on a connection of its
 //! own, and only reports.
 
-use crate::batch::{BatchSummary, compare_batches};
-use crate::client::{ClientError, Connection, EARLIEST_TIMESTAMP, error_codes, fetch_partition, list_offset};
+use crate::client::{ClientError, Connection, EARLIEST_TIMESTAMP, fetch_partition, list_offset};
+use ringmirror_protocol::error_codes;
+use ringmirror_storage::batch::{BatchSummary, compare_batches};
 
 use super::partition::MirrorPartition;
 
@@ -194,7 +195,7 @@ pub(crate) struct VerifySource {
 pub(crate) async fn verify_partition(
     source: VerifySource,
     served: std::rc::Rc<crate::serve::ServedPartition>,
-    tp: crate::log::TopicPartition,
+    tp: ringmirror_storage::log::TopicPartition,
     from_offset: i64,
     bytes_per_s: u64,
 ) -> VerifyOutcome {
@@ -314,7 +315,7 @@ enum SourceRead {
 
 async fn read_from(
     c: &mut Connection,
-    tp: &crate::log::TopicPartition,
+    tp: &ringmirror_storage::log::TopicPartition,
     leader_epoch: i32,
     offset: i64,
     max_bytes: i32,

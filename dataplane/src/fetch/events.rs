@@ -29,7 +29,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 use super::divergence::VerifyOutcome;
 use super::stats::FetchStats;

@@ -20,12 +20,11 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, Forgot
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::batch::{BatchErrorKind, BatchIter, Validation, validate_batches};
-use crate::client::{
-    ClientError, Connection, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, error_codes, list_offset,
-};
-use crate::log::TopicPartition;
-use crate::wire::{FetchResponseReader, FetchStep, TopicRef};
+use crate::client::{ClientError, Connection, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, end_offset_for_epoch, list_offset};
+use ringmirror_protocol::error_codes;
+use ringmirror_protocol::wire::{FetchResponseReader, FetchStep, TopicRef};
+use ringmirror_storage::batch::{BatchErrorKind, BatchIter, Validation, validate_batches};
+use ringmirror_storage::log::TopicPartition;
 
 use super::append_ring::AppendRing;
 use super::control::{Directive, Directives};

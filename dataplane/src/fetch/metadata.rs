@@ -1,6 +1,6 @@
 //! Source cluster metadata: brokers, partition leaders and leader epochs,
 //! topic ids and the cluster id, from a Metadata request. What we write
-//! again is checked here, where it enters ([`crate::limits`]): an answer
+//! again is checked here, where it enters ([`ringmirror_storage::limits`]): an answer
 //! with a cluster id we could not record is refused whole, a topic whose
 //! name is not a Kafka topic name is answered as INVALID_TOPIC_EXCEPTION.
 
@@ -10,10 +10,10 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::client::error_codes::INVALID_TOPIC_EXCEPTION;
 use crate::client::{ClientError, Connection};
-use crate::limits::{check_cluster_id, check_topic_name, shown};
-use crate::log::TopicPartition;
+use ringmirror_protocol::error_codes::INVALID_TOPIC_EXCEPTION;
+use ringmirror_storage::limits::{check_cluster_id, check_topic_name, shown};
+use ringmirror_storage::log::TopicPartition;
 
 /// Where a source partition lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::cell::{Ref, RefMut};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::log::{PartitionLog, TopicPartition};
 use crate::serve::ServedPartition;
+use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 use super::divergence::PendingCheck;
 

@@ -29,8 +29,8 @@ use super::stats::FetchStats;
 pub(crate) fn mirror_ended(
     registry: &Registry,
     mirror: String,
-    tp: crate::log::TopicPartition,
-    ended: &crate::log::EndedMirroring,
+    tp: ringmirror_storage::log::TopicPartition,
+    ended: &ringmirror_storage::log::EndedMirroring,
     leader_epoch: i32,
     mirrored_epoch: i32,
 ) -> StateEvent {
@@ -339,7 +339,7 @@ impl Supervisor {
 
     /// Starts a `mirror verify` of `tp` against its source leader in a
     /// task of its own (the fetchers go on); `Verified` reports the end.
-    fn start_verify(&self, tp: crate::log::TopicPartition, from_offset: i64, bytes_per_s: u64) {
+    fn start_verify(&self, tp: ringmirror_storage::log::TopicPartition, from_offset: i64, bytes_per_s: u64) {
         let settings = self.settings.get();
         let mirror = settings.name.clone();
         let source = self.metadata.as_ref().and_then(|m| {
@@ -368,13 +368,13 @@ impl Supervisor {
         .detach();
     }
 
-    fn take_pending(&mut self, tp: &crate::log::TopicPartition) -> Option<MirrorPartition> {
+    fn take_pending(&mut self, tp: &ringmirror_storage::log::TopicPartition) -> Option<MirrorPartition> {
         let i = self.pending.iter().position(|p| &p.partition.key.tp == tp)?;
         Some(self.pending.swap_remove(i).partition)
     }
 
     /// Leaves a directive for the fetcher holding `tp`, if any does.
-    fn direct(&mut self, tp: crate::log::TopicPartition, directive: Directive) {
+    fn direct(&mut self, tp: ringmirror_storage::log::TopicPartition, directive: Directive) {
         if self.fetchers.values().any(|f| f.alive.get()) {
             let mut directives = self.directives.borrow_mut();
             if directive == Directive::CheckDivergence {
@@ -412,26 +412,41 @@ impl Supervisor {
     }
 
     /// Ends mirroring of a partition no fetcher holds any more.
+    /// Ends mirroring of a partition its fetcher has let go, in a task of
+    /// its own (the other partitions go on): group offsets synced past the
+    /// log end are moved back to it on every shard, then the log's end
+    /// steps run and the partition becomes writable (`Registry::end_mirroring`).
+    /// A crash in between repeats the whole, which is idempotent.
     fn end_mirroring(&self, partition: MirrorPartition) {
         let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
         drop(partition);
         let cluster_id = self.source_cluster_id.clone().unwrap_or_default();
-        let mirrored_epoch = self.registry.get(&tp).map_or(-1, |s| s.leader_epoch.get());
-        match self.registry.end_mirroring(&tp, &cluster_id) {
-            Ok((ended, leader_epoch)) => self.event(mirror_ended(
-                &self.registry,
-                mirror,
-                tp,
-                &ended,
-                leader_epoch,
-                mirrored_epoch,
-            )),
-            Err(error) => self.event(StateEvent::CommandFailed {
-                mirror,
-                tp,
-                error: format!("end mirroring: {error}"),
-            }),
-        }
+        let registry = Rc::clone(&self.registry);
+        let events = self.events.clone();
+        glommio::spawn_local(async move {
+            let served = registry.get(&tp);
+            let mirrored_epoch = served.as_ref().map_or(-1, |s| s.leader_epoch.get());
+            let log_end = served.map(|s| s.log.borrow().log_end_offset());
+            let clamped = match log_end {
+                Some(log_end) => registry.clamp_group_offsets(&tp, log_end).await,
+                None => Err("not open on this shard".to_owned()),
+            };
+            let ended = clamped.and_then(|moved| {
+                if moved > 0 {
+                    tracing::info!(%tp, moved, "group offsets past the mirrored log end moved back to it");
+                }
+                registry.end_mirroring(&tp, &cluster_id)
+            });
+            events.state(match ended {
+                Ok((ended, leader_epoch)) => mirror_ended(&registry, mirror, tp, &ended, leader_epoch, mirrored_epoch),
+                Err(error) => StateEvent::CommandFailed {
+                    mirror,
+                    tp,
+                    error: format!("end mirroring: {error}"),
+                },
+            });
+        })
+        .detach();
     }
 
     fn take_returns(&mut self) {

@@ -58,7 +58,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::log::{CompactedLog, KeyedRecord, LogError};
+use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError};
 
 /// Kafka error codes of the ACL APIs.
 pub mod codes {

@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ringmirror_storage::topic_config::TopicConfigMap;
+
 /// Who this agent is to its clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerIdentity {
@@ -55,9 +57,6 @@ pub struct TopicEntry {
     /// (DYNAMIC_TOPIC_CONFIG).
     pub configs: BTreeMap<String, String>,
 }
-
-/// Config overrides by name.
-pub type TopicConfigMap = BTreeMap<String, String>;
 
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {

@@ -23,9 +23,9 @@ use kafka_protocol::messages::{FetchRequest, TopicName};
 use super::handlers::{READ_COMMITTED, check_leader_epoch};
 use super::listener::ClientConnection;
 use super::registry::ServedPartition;
-use crate::client::error_codes as ec;
-use crate::log::{AbortedTxn, LogError, PartitionLog, TopicPartition};
-use crate::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
+use ringmirror_storage::log::{AbortedTxn, LogError, PartitionLog, TopicPartition};
 
 /// From this version on, requests name topics by id.
 const FIRST_TOPIC_ID_VERSION: i16 = 13;

@@ -39,14 +39,14 @@ use super::listener::ClientConnection;
 use super::log_dirs;
 use super::mirror_reports::{MirrorReport, MirrorReports};
 use super::registry::{PartitionFn, ServedPartition};
-use super::request::{Request, SUPPORTED_APIS, ServedApi};
 use super::write;
-use crate::client::error_codes as ec;
-use crate::log::{PartitionLog, TopicPartition};
-use crate::wire::describe_cluster_mirrors::{
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::request::{Request, SUPPORTED_APIS, ServedApi};
+use ringmirror_protocol::wire::describe_cluster_mirrors::{
     DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse, DescribedMirror, DescribedPartition, DescribedTopic,
     PartitionLastMirrorEpoch, TopicLastMirrorEpochs,
 };
+use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 /// ListOffsets special timestamps.
 const LATEST: i64 = -1;
@@ -192,7 +192,8 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                 return conn.respond(ApiKey::Produce, version, id, &body).await;
             }
             // WRITE on each topic (Kafka's handleProduceRequest);
-            // transactional produce is refused below (no transactions).
+            // a transactional batch is verified with its coordinator in
+            // `write::produce`.
             let denied = take_unauthorized(conn, &mut r.topic_data, AclOperation::Write, |t| &t.name.0);
             let mut body = write::produce(conn, version, r).await;
             if !denied.is_empty() {
@@ -240,8 +241,10 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::InitProducerId(r) => {
             // Idempotent producers: IDEMPOTENT_WRITE on the cluster or
             // WRITE on some topic (Kafka's handleInitProducerIdRequest);
-            // transactional ids are refused by `init_producer_id`.
-            let body = if r.transactional_id.is_none() && !conn.authorized_idempotent_write() {
+            // transactional ones go to their id's coordinator.
+            let body = if r.transactional_id.is_some() {
+                super::transactions::init_producer_id(conn, &r).await
+            } else if !conn.authorized_idempotent_write() {
                 InitProducerIdResponse::default()
                     .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
                     .with_producer_id(kafka_protocol::messages::ProducerId(-1))
@@ -252,6 +255,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
         Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
+        Request::Transaction(r) => super::transactions::handle(conn, &header, r).await,
         Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
         Request::DescribeClusterMirrors(r) => {
             // Ours, not Kafka's: DESCRIBE on the cluster.
@@ -652,7 +656,7 @@ fn describe_cluster(catalog: &Arc<Catalog>, _request: &DescribeClusterRequest) -
 /// peer syncing configs from us takes exactly those.
 fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String, i8)> {
     let c = log.config();
-    let d = crate::log::LogConfig::default();
+    let d = ringmirror_storage::log::LogConfig::default();
     let source = |differs: bool| {
         if differs {
             SOURCE_STATIC_BROKER_CONFIG
@@ -664,8 +668,8 @@ fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'sta
         (
             "cleanup.policy",
             match c.cleanup_policy {
-                crate::log::CleanupPolicy::Delete => "delete",
-                crate::log::CleanupPolicy::Compact => "compact",
+                ringmirror_storage::log::CleanupPolicy::Delete => "delete",
+                ringmirror_storage::log::CleanupPolicy::Compact => "compact",
             }
             .to_string(),
             source(c.cleanup_policy != d.cleanup_policy),
@@ -918,7 +922,7 @@ mod tests {
 
     use super::*;
     use crate::serve::mirror_reports::{PartitionReport, TopicReport};
-    use crate::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
+    use ringmirror_protocol::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
 
     fn reports() -> MirrorReports {
         let partition = |lme| PartitionReport {

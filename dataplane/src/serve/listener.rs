@@ -26,11 +26,11 @@ use super::fetch::FetchSession;
 use super::handlers;
 use super::mirror_reports::MirrorReportsHandle;
 use super::registry::{ShardAccess, ShardLinks};
-use super::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
 use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
-use crate::sasl::SaslServerConfig;
 use crate::transport::Transport;
-use crate::wire::EncodedFetchResponse;
+use ringmirror_protocol::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
+use ringmirror_protocol::sasl::SaslServerConfig;
+use ringmirror_protocol::wire::EncodedFetchResponse;
 
 /// Kafka's `socket.request.max.bytes` default.
 pub const MAX_REQUEST_BYTES_DEFAULT: usize = 100 * 1024 * 1024;
@@ -445,7 +445,7 @@ impl ClientConnection {
     }
 
     /// Sends a response whose body `encode` writes: for the APIs
-    /// kafka-protocol does not know, encoded by hand (see `crate::wire`).
+    /// kafka-protocol does not know, encoded by hand (see `ringmirror_protocol::wire`).
     pub async fn respond_encoded(
         &mut self,
         api: ServedApi,

@@ -17,8 +17,8 @@ use super::acls::AclOperation;
 use super::handlers::per_partition;
 use super::listener::ClientConnection;
 use super::registry::ServedPartition;
-use crate::client::error_codes as ec;
-use crate::log::PartitionLog;
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_storage::log::PartitionLog;
 
 fn partition_size(_p: &ServedPartition, log: &PartitionLog, _: &()) -> u64 {
     log.size_bytes()

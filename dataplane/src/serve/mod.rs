@@ -5,6 +5,8 @@
 //! * [`registry`] — each shard's open logs, and the jobs through which a
 //!   connection on one shard reads a partition owned by another.
 //! * [`groups`] — the group coordinator: consumer groups and committed offsets.
+//! * [`transactions`] — the transaction coordinator of each shard on the
+//!   listener: its APIs, timer and markers.
 //! * [`request`] — request frames decoded and checked against what we serve.
 //! * [`listener`] — accepting, framing, sending (records via sendfile).
 //! * [`handlers`], [`fetch`] and [`write`] — the answers (`write`: local
@@ -30,10 +32,9 @@ mod log_dirs;
 pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;
-pub mod request;
 pub mod sasl;
 pub mod tls;
-pub mod topic_config;
+pub mod transactions;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};
@@ -48,4 +49,3 @@ pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
 };
-pub use request::{Request, RequestError, SUPPORTED_APIS, ServedApi, decode_request};

@@ -20,10 +20,12 @@ use std::time::Duration;
 use event_listener::{Event, EventListener};
 use glommio::net::AcceptedTcpStream;
 
-use super::catalog::{CatalogHandle, TopicConfigMap};
+use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
-use crate::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use super::transactions::ShardTransactions;
+use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::topic_config::TopicConfigMap;
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
 
@@ -79,11 +81,16 @@ pub struct Registry {
     producer_ids: Arc<ProducerIds>,
     /// This shard's group coordinator, once opened (see `groups::api::start`).
     groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
+    /// This shard's transaction coordinator, once opened (see `transactions::start`).
+    transactions: std::cell::OnceCell<Rc<ShardTransactions>>,
+    /// The links to every shard, set with the listener (groups exist only
+    /// with one): the end of mirroring reaches every shard's groups.
+    links: std::cell::OnceCell<Arc<ShardLinks>>,
 }
 
 /// A file in a partition directory saying the topic is local (created at
 /// this agent, writable) rather than mirrored data. It holds the configs
-/// the topic was created with (see [`super::topic_config::encode`]); it is
+/// the topic was created with (see [`ringmirror_storage::topic_config::encode`]); it is
 /// empty for a topic that became local by failover (the control plane
 /// keeps those configs, synced from the source).
 pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
@@ -127,7 +134,7 @@ pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
 /// (empty for a topic that became local by failover, or none was given).
 pub fn local_topic_configs(log_dir: &LogDir, tp: &TopicPartition) -> std::io::Result<TopicConfigMap> {
     let text = std::fs::read_to_string(log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER))?;
-    Ok(super::topic_config::decode(&text))
+    Ok(ringmirror_storage::topic_config::decode(&text))
 }
 
 impl Registry {
@@ -148,6 +155,8 @@ impl Registry {
             log_config,
             producer_ids,
             groups: std::cell::OnceCell::new(),
+            transactions: std::cell::OnceCell::new(),
+            links: std::cell::OnceCell::new(),
         })
     }
 
@@ -161,6 +170,62 @@ impl Registry {
         let _ = self.groups.set(coordinator);
     }
 
+    /// The coordinator of the transactional ids placed on this shard, if it opened.
+    pub fn transactions(&self) -> Option<Rc<ShardTransactions>> {
+        self.transactions.get().cloned()
+    }
+
+    pub fn set_transactions(&self, coordinator: Rc<ShardTransactions>) {
+        // Set once, when the shard starts.
+        let _ = self.transactions.set(coordinator);
+    }
+
+    /// Whether `tp` has a directory in the data dir (served or not yet).
+    pub fn partition_on_disk(&self, tp: &TopicPartition) -> bool {
+        self.log_dir.partition_dir(tp).exists()
+    }
+
+    pub fn set_links(&self, links: Arc<ShardLinks>) {
+        // Set once, when the shard starts its listener.
+        let _ = self.links.set(links);
+    }
+
+    /// Failover: moves every group's offsets of `tp` past `log_end` back
+    /// to it on every shard's group coordinator
+    /// ([`GroupCoordinator::clamp_offsets_to_log_end`]), before the
+    /// partition becomes writable. Without a listener there are no groups.
+    /// Returns how many offsets moved.
+    pub async fn clamp_group_offsets(self: &Rc<Self>, tp: &TopicPartition, log_end: i64) -> Result<usize, String> {
+        let Some(links) = self.links.get() else {
+            return Ok(0);
+        };
+        let access = ShardAccess {
+            local: Rc::clone(self),
+            links: Arc::clone(links),
+        };
+        let mut moved = 0;
+        for shard in 0..links.shards() {
+            let (topic, partition) = (tp.topic.clone(), tp.partition);
+            let clamped = access
+                .on(shard, move |registry| {
+                    let Some(groups) = registry.groups() else {
+                        return Some(Ok(0));
+                    };
+                    let mut groups = groups.try_borrow_mut().ok()?;
+                    let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+                    Some(
+                        groups
+                            .clamp_offsets_to_log_end(&topic, partition, log_end, now)
+                            .map_err(|e| format!("shard {shard}'s group offsets: {e}")),
+                    )
+                })
+                .await
+                .ok_or_else(|| format!("shard {shard} has ended"))?;
+            moved += clamped?;
+        }
+        Ok(moved)
+    }
+
     /// The data directory (the group coordinator keeps its offsets there).
     pub fn data_dir(&self) -> &std::path::Path {
         self.log_dir.path()
@@ -169,6 +234,12 @@ impl Registry {
     /// The agent-wide producer id allocator.
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The same allocator, for a holder that outlives a borrow (the
+    /// transaction coordinator).
+    pub fn shared_producer_ids(&self) -> Arc<ProducerIds> {
+        Arc::clone(&self.producer_ids)
     }
 
     /// Creates (or, after a crash mid-creation, completes) a partition of a
@@ -191,7 +262,7 @@ impl Registry {
         write_marker(
             &self.log_dir.partition_dir(tp),
             LOCAL_TOPIC_MARKER,
-            &super::topic_config::encode(configs),
+            &ringmirror_storage::topic_config::encode(configs),
         )?;
         self.register(tp.clone(), ServedPartition::new(log, None));
         Ok(())
@@ -208,17 +279,17 @@ impl Registry {
         &self,
         tp: &TopicPartition,
         source_cluster_id: &str,
-    ) -> Result<(crate::log::EndedMirroring, i32), String> {
+    ) -> Result<(ringmirror_storage::log::EndedMirroring, i32), String> {
         let served = self.get(tp).ok_or("not open on this shard")?;
         // Refused before the marker (which holds it) is written.
-        crate::limits::check_cluster_id(source_cluster_id)?;
+        ringmirror_storage::limits::check_cluster_id(source_cluster_id)?;
         let dir = self.log_dir.partition_dir(tp);
         write_marker(
             &dir,
             ENDING_MIRROR_MARKER,
             &format!("{source_cluster_id}\n{}", served.leader_epoch.get()),
         )?;
-        crate::failpoint::crash_point("end-mirroring:started");
+        ringmirror_storage::failpoint::crash_point("end-mirroring:started");
         let mut log = served.log.try_borrow_mut().map_err(|_| "the log is busy")?;
         let latest = log.epoch_cache().latest().map_or(0, |e| e.epoch);
         let epoch = served.leader_epoch.get().max(latest) + 1;
@@ -228,7 +299,7 @@ impl Registry {
         drop(log);
         served.observe_epoch(epoch);
         write_marker(&dir, LOCAL_TOPIC_MARKER, "")?;
-        crate::failpoint::crash_point("end-mirroring:writable");
+        ringmirror_storage::failpoint::crash_point("end-mirroring:writable");
         let _ = std::fs::remove_file(dir.join(ENDING_MIRROR_MARKER));
         self.register(
             tp.clone(),
@@ -459,7 +530,7 @@ impl Registry {
             let get = |name: &str| overrides.and_then(|o| o.get(name));
             let deletes = match get("cleanup.policy") {
                 Some(policy) => policy.split(',').any(|p| p.trim() == "delete"),
-                None => log.config().cleanup_policy == crate::log::CleanupPolicy::Delete,
+                None => log.config().cleanup_policy == ringmirror_storage::log::CleanupPolicy::Delete,
             };
             if !deletes {
                 continue;
@@ -484,7 +555,11 @@ impl Registry {
     /// partition order, wrapping); returns the one it cleaned.
     fn clean_next_log(&self, after: Option<&TopicPartition>) -> Option<TopicPartition> {
         let catalog = self.catalog.snapshot();
-        let mut candidates: Vec<(TopicPartition, Rc<ServedPartition>, crate::log::CleanOptions)> = self
+        let mut candidates: Vec<(
+            TopicPartition,
+            Rc<ServedPartition>,
+            ringmirror_storage::log::CleanOptions,
+        )> = self
             .partitions
             .borrow()
             .iter()
@@ -525,16 +600,16 @@ impl Registry {
 fn clean_options(
     config: &LogConfig,
     overrides: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<crate::log::CleanOptions> {
+) -> Option<ringmirror_storage::log::CleanOptions> {
     let get = |name: &str| overrides.and_then(|o| o.get(name));
     let compact = match get("cleanup.policy") {
         Some(policy) => policy.split(',').any(|p| p.trim() == "compact"),
-        None => config.cleanup_policy == crate::log::CleanupPolicy::Compact,
+        None => config.cleanup_policy == ringmirror_storage::log::CleanupPolicy::Compact,
     };
     if !compact {
         return None;
     }
-    let mut options = crate::log::CleanOptions::from_config(config);
+    let mut options = ringmirror_storage::log::CleanOptions::from_config(config);
     if let Some(ms) = get("delete.retention.ms").and_then(|v| v.parse().ok()) {
         options.delete_retention_ms = ms;
     }
@@ -617,7 +692,7 @@ mod clean_options_tests {
     #[test]
     fn topic_overrides_win_over_the_log_settings() {
         let compact = LogConfig {
-            cleanup_policy: crate::log::CleanupPolicy::Compact,
+            cleanup_policy: ringmirror_storage::log::CleanupPolicy::Compact,
             ..LogConfig::default()
         };
         let overrides = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {

@@ -32,9 +32,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::handlers;
 use super::listener::ClientConnection;
-use super::request::{Request, RequestError, ServedApi, decode_request};
-use crate::client::error_codes as ec;
-use crate::sasl::{ANONYMOUS_PRINCIPAL, Mechanism, SaslServerConfig, ServerExchange, ServerStep};
+use ringmirror_protocol::error_codes as ec;
+use ringmirror_protocol::request::{Request, RequestError, SaslRequest, ServedApi, decode_request};
+use ringmirror_protocol::sasl::{ANONYMOUS_PRINCIPAL, Mechanism, SaslServerConfig, ServerExchange, ServerStep};
 
 /// The largest frame a connection may send before it has authenticated
 /// (Kafka's `sasl.server.max.receive.size` default).
@@ -44,13 +44,6 @@ pub const MAX_UNAUTHENTICATED_REQUEST_BYTES: usize = 512 * 1024;
 /// answer (Kafka's `connection.failed.authentication.delay.ms` default),
 /// so that clients read the error rather than a closed connection.
 pub const FAILED_AUTHENTICATION_CLOSE_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// The SASL requests.
-#[derive(Debug)]
-pub enum SaslRequest {
-    Handshake(SaslHandshakeRequest),
-    Authenticate(SaslAuthenticateRequest),
-}
 
 enum State {
     /// Authenticated, or a listener without SASL: every request is served.

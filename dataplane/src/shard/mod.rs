@@ -20,12 +20,12 @@ use crate::fetch::{
     MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEventSink, StateEvent,
     mirror_ended, run_mirror,
 };
-use crate::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 use crate::serve::registry::{ending_mirror, is_local_partition, local_topic_configs};
 use crate::serve::{
     AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
     ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
 };
+use ringmirror_storage::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 
 /// What one shard starts with.
 #[derive(Debug, Clone)]
@@ -139,7 +139,7 @@ pub struct PartitionStart {
     /// LME truncation to run first (PREPARING), with the last mirror epoch
     /// the source answered; `None` when resuming a partition already mirroring.
     /// A log holding only `source`'s batches is not cut (see
-    /// [`crate::log::PartitionLog::converge_for_mirror`]).
+    /// [`ringmirror_storage::log::PartitionLog::converge_for_mirror`]).
     pub truncate_above_epoch: Option<i32>,
     /// The source the mirror appends from: its cluster id and the
     /// partition's source topic id (`None`: one of them is not known).
@@ -227,6 +227,8 @@ pub fn spawn_shard(
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
                 crate::serve::groups::api::start(&registry);
+                registry.set_links(Arc::clone(&serving.links));
+                crate::serve::transactions::start(&registry, Arc::clone(&serving.links));
                 let access = ShardAccess {
                     local: Rc::clone(&registry),
                     links: serving.links,

@@ -115,12 +115,12 @@ pub use store::{TransactionStateLog, TransactionStore};
 /// the storage (compacted log, topic partitions), batch varints, string
 /// limits and error codes, which move to their own crates with issue 15.
 mod external {
-    pub(crate) use crate::batch::varint::{VarintError, read_unsigned, write_unsigned};
-    pub(crate) use crate::client::error_codes as codes;
     pub(crate) use crate::fetch::stable_hash;
-    pub(crate) use crate::limits::{STRING_BYTES_MAX, TooLong, put_string, string_length};
-    pub(crate) use crate::log::compacted::LiveValues;
-    pub(crate) use crate::log::{CompactedLog, KeyedRecord, LogError, TopicPartition};
+    pub(crate) use ringmirror_protocol::error_codes as codes;
+    pub(crate) use ringmirror_storage::batch::varint::{VarintError, read_unsigned, write_unsigned};
+    pub(crate) use ringmirror_storage::limits::{STRING_BYTES_MAX, TooLong, put_string, string_length};
+    pub(crate) use ringmirror_storage::log::compacted::LiveValues;
+    pub(crate) use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError, TopicPartition};
 }
 
 /// The shard that owns transactional id `id` (FNV-1a, stable across runs,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use ringmirror_dataplane::log::TopicPartition;
+use ringmirror_storage::log::TopicPartition;
 
 // Test binaries that do not start Kafka compile this module too.
 #[allow(unused_imports)]

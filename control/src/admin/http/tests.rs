@@ -717,7 +717,7 @@ fn only_an_unauthenticated_server_off_loopback_is_open_to_the_network() {
 
 /// The hex SHA-256 of `token`, as the principals file holds it.
 fn token_hash(token: &str) -> String {
-    ringmirror_dataplane::sasl::plain::password_digest(token.as_bytes())
+    ringmirror_protocol::sasl::plain::password_digest(token.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

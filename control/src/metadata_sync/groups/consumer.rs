@@ -13,8 +13,8 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes as codes;
 
 use super::listing::HeldGroups;
 use super::offsets::{

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
+use ringmirror_protocol::error_codes as codes;
 
 use super::{FIND_COORDINATOR_VERSIONS, GROUPS_PER_REQUEST, KEY_TYPE_GROUP, connection_failed, s};
 

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::{ApiKey, ListGroupsRequest, ListGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection};
 use ringmirror_dataplane::fetch::fetch_source_metadata;
+use ringmirror_protocol::error_codes as codes;
 
 use super::coordinators::SourceBrokers;
 use super::{

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::protocol::Request;
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes as codes;
 
 use super::coordinators::{SourceBrokers, find_coordinators};
 use super::{

@@ -14,8 +14,8 @@ use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse, GroupId, TopicName,
 };
-use ringmirror_dataplane::client::error_codes as codes;
 use ringmirror_dataplane::client::{ClientError, Connection};
+use ringmirror_protocol::error_codes as codes;
 
 use super::consumer::is_inactive;
 use super::listing::HeldGroups;

@@ -29,7 +29,7 @@ use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsResponse, MetadataRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
-use ringmirror_dataplane::client::error_codes as codes;
+use ringmirror_protocol::error_codes as codes;
 
 use super::consumer::*;
 use super::coordinators::*;

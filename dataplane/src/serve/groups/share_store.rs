@@ -32,8 +32,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::store::{Reader, StoreResult, encode_partition_key, open_shard_log, tombstone};
-use crate::limits::{TooLong, put_string};
-use crate::log::{CompactedLog, KeyedRecord};
+use ringmirror_storage::limits::{TooLong, put_string};
+use ringmirror_storage::log::{CompactedLog, KeyedRecord};
 
 const KEY_VERSION_GROUP: i16 = 0;
 const KEY_VERSION_START_OFFSET: i16 = 1;

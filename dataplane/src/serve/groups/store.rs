@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::limits::{TooLong, put_string};
-use crate::log::compacted::LiveValues;
-use crate::log::{CompactedLog, KeyedRecord, LogError};
+use ringmirror_storage::limits::{TooLong, put_string};
+use ringmirror_storage::log::compacted::LiveValues;
+use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError};
 
 /// The directory under the data dir for the agent's internal state.
 pub const INTERNAL_DIR: &str = "__ringmirror";

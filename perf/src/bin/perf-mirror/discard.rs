@@ -17,11 +17,11 @@ use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use ringmirror_dataplane::batch::{BatchIter, ValidatedRange, Validation, validate_batches};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::fetch_source_metadata;
-use ringmirror_dataplane::wire::{FetchResponseReader, FetchStep};
 use ringmirror_perf::synthetic_source::SyntheticSource;
+use ringmirror_protocol::wire::{FetchResponseReader, FetchStep};
+use ringmirror_storage::batch::{BatchIter, ValidatedRange, Validation, validate_batches};
 
 use crate::TOPIC;
 use crate::measure::Measured;

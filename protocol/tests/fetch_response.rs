@@ -17,7 +17,7 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::{BrokerId, FetchResponse, ProducerId, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use proptest::prelude::*;
-use ringmirror_dataplane::wire::fetch_response::{
+use ringmirror_protocol::wire::fetch_response::{
     FetchHeader, FetchParseError, FetchResponseReader, FetchStep, NodeEndpoint, TopicRef,
 };
 

@@ -11,7 +11,7 @@
 //! its small buffer — calls [`FetchResponseReader::records_consumed`], and
 //! goes on feeding the bytes that follow the records. The parser never sees,
 //! copies or validates record bytes; batch validation happens in place in the
-//! log (see `crate::batch`).
+//! log (see `ringmirror_storage::batch`).
 //!
 //! Properties:
 //!

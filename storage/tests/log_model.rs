@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use proptest::prelude::*;
-use ringmirror_dataplane::batch::{
+use ringmirror_storage::batch::{
     BatchBuilder, BuildRecord, ControlType, NO_PRODUCER_ID, RecordBatch, encode_mirror_pid_reset_value,
 };
-use ringmirror_dataplane::log::{AbortedTxn, LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::log::{AbortedTxn, LogConfig, OpenOptions, PartitionLog};
 
 /// One batch of the model, with the facts the log must derive from it.
 #[derive(Debug, Clone)]
@@ -246,7 +246,7 @@ fn assert_log_matches(log: &PartitionLog, batches: &[ModelBatch], log_start: i64
         assert!(slice.len > 0, "read at {offset} returned nothing before the log end");
         let bytes = slice.to_vec().unwrap();
         let mut last = offset;
-        for item in ringmirror_dataplane::batch::BatchIter::new(&bytes, 1 << 20) {
+        for item in ringmirror_storage::batch::BatchIter::new(&bytes, 1 << 20) {
             let (_, b) = item.unwrap();
             got.push(b.bytes().to_vec());
             last = b.last_offset();
@@ -566,7 +566,7 @@ fn append_below_log_end_is_refused_and_changes_nothing() {
     let err = log.append(&batches[1].bytes, 0).unwrap_err();
     assert!(matches!(
         err,
-        ringmirror_dataplane::log::LogError::OffsetBelowLogEnd {
+        ringmirror_storage::log::LogError::OffsetBelowLogEnd {
             base_offset: 13,
             log_end_offset: 16
         }

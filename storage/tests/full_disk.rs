@@ -10,8 +10,8 @@ use std::ffi::CString;
 use std::io::Write;
 use std::path::Path;
 
-use ringmirror_dataplane::batch::{BatchBuilder, BuildRecord};
-use ringmirror_dataplane::log::{LogConfig, OpenOptions, PartitionLog};
+use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
+use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog};
 
 /// Mounts a tmpfs of `size_kib` on `dir` in a mount namespace that only
 /// the calling thread enters (unshare(CLONE_NEWNS) from a test thread:

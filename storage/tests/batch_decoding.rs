@@ -3,7 +3,7 @@
 //! random or a mutated valid batch — makes any decoder panic.
 
 use proptest::prelude::*;
-use ringmirror_dataplane::batch::{
+use ringmirror_storage::batch::{
     BATCH_HEADER_BYTES, BatchBuilder, BatchErrorKind, BatchIter, BuildRecord, ControlRecord, ControlType, RecordBatch,
     Validation, decode_records, encode_mirror_pid_reset_value, validate_batches,
 };

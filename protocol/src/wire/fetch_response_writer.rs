@@ -5,7 +5,7 @@
 //! segment file (sendfile) one after the other. Sizes are known up front,
 //! so the frame's size prefix is exact before a byte is sent.
 
-use crate::log::ReadSlice;
+use ringmirror_storage::log::ReadSlice;
 
 /// First flexible (compact encodings, tagged fields) Fetch version.
 const FIRST_FLEXIBLE_VERSION: i16 = 12;

@@ -7,7 +7,10 @@
 //! This module only checks and encodes: it never decides what a setting
 //! does (the shard's cleaner and retention read them from the catalog).
 
-use super::catalog::TopicConfigMap;
+use std::collections::BTreeMap;
+
+/// Topic config overrides by name.
+pub type TopicConfigMap = BTreeMap<String, String>;
 
 /// What values a topic config takes (Kafka's `ConfigDef.Type` and validator).
 #[derive(Debug, Clone, Copy)]

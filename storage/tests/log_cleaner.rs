@@ -18,13 +18,11 @@ use std::io::Write;
 use std::path::Path;
 
 use proptest::prelude::*;
-use ringmirror_dataplane::batch::{
+use ringmirror_storage::batch::{
     BatchBuilder, BatchIter, BuildRecord, Compression, ControlRecord, ControlType, NO_PRODUCER_ID, Record, RecordBatch,
     decode_records, encode_mirror_pid_reset_value,
 };
-use ringmirror_dataplane::log::{
-    AbortedTxn, CleanOptions, CleanReport, LogConfig, OpenOptions, PartitionLog, SwapStep,
-};
+use ringmirror_storage::log::{AbortedTxn, CleanOptions, CleanReport, LogConfig, OpenOptions, PartitionLog, SwapStep};
 
 const MAX_BATCH_BYTES: u32 = 1 << 20;
 const DECOMPRESSED_MAX: usize = 1 << 24;
