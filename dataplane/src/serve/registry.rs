@@ -23,6 +23,7 @@ use glommio::net::AcceptedTcpStream;
 use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 use ringmirror_storage::topic_config::TopicConfigMap;
 
@@ -324,12 +325,6 @@ fn close_log(partition: Rc<ServedPartition>) -> ClosedOffsets {
     let offsets = (log.log_end_offset(), log.log_start_offset());
     log.close(now_ms()).map_err(|e| e.to_string())?;
     Ok(offsets)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A job for the owning shard; it returns false when a log it needs was
