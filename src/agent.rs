@@ -18,6 +18,7 @@ use ringmirror_dataplane::serve::{
     AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
 };
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
+use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};
 use ringmirror_storage::log::{LogDir, OffsetCheckpoints, TopicPartition};
 
 use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
@@ -113,9 +114,14 @@ fn reserve_port(addr: std::net::SocketAddr) -> anyhow::Result<(socket2::Socket, 
     use socket2::{Domain, Socket, Type};
     // SO_REUSEPORT would let us share a port another process listens on
     // (and split its clients with it): a plain bind first says whether the
-    // port is free.
-    if addr.port() != 0 {
-        std::net::TcpListener::bind(addr).with_context(|| format!("{addr} is in use"))?;
+    // port is free. It also fails while the connections of an agent that
+    // was killed linger on the port (their sockets have SO_REUSEPORT): the
+    // port is ours again when no process listens on it.
+    if addr.port() != 0
+        && let Err(e) = std::net::TcpListener::bind(addr)
+        && (e.kind() != std::io::ErrorKind::AddrInUse || someone_listens(addr))
+    {
+        return Err(e).with_context(|| format!("{addr} is in use"));
     }
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_port(true)?;
@@ -126,6 +132,22 @@ fn reserve_port(addr: std::net::SocketAddr) -> anyhow::Result<(socket2::Socket, 
         .as_socket()
         .context("listener address is not an IP address")?;
     Ok((socket, bound))
+}
+
+/// Whether a process accepts connections on `addr` (its port on loopback
+/// when `addr` is any address).
+fn someone_listens(addr: std::net::SocketAddr) -> bool {
+    let target = if addr.ip().is_unspecified() {
+        let loopback: std::net::IpAddr = if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        };
+        std::net::SocketAddr::new(loopback, addr.port())
+    } else {
+        addr
+    };
+    std::net::TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok()
 }
 
 /// Group offsets live in one log per shard, placed by hashing the group id
@@ -288,6 +310,14 @@ impl Agent {
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
         check_group_shard_count(&config.data_dir, shard_count)?;
+        // Each transactional id's record to its shard's log, before any
+        // shard opens its transaction coordinator.
+        TransactionStore::rebalance(
+            &config.data_dir,
+            shard_count,
+            TransactionConfig::default().compact_min_bytes,
+        )
+        .context("move transactional ids to their shards")?;
         let listener = config
             .listener
             .as_ref()

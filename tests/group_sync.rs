@@ -7,11 +7,14 @@
 //!   are named), librdkafka consumers committing there, an agent mirroring
 //!   the topic as the destination: an idle group's offsets arrive with
 //!   their leader epochs, only for mirrored partitions, an offset past the
-//!   destination's log end as it is; a group with a live librdkafka
-//!   consumer at the destination is left alone, and synced once that
-//!   consumer has left.
+//!   destination's log end as it is (until failover, which moves it back
+//!   to the mirrored log end); a group with a live librdkafka consumer at
+//!   the destination is left alone, and synced once that consumer has
+//!   left.
 //! - An agent as the source (it lists its groups): every group is found
-//!   by ListGroups, filtered by regex, and fetched in batches.
+//!   by ListGroups, filtered by regex, and fetched in batches; a failover
+//!   syncs once more first, so offsets committed at the source since the
+//!   last round arrive before the partitions take writes.
 
 mod common;
 #[allow(dead_code)]
@@ -272,6 +275,31 @@ fn groups_from_the_mock_sync_unless_active_at_the_destination() {
     assert_eq!(committed(&dest, ACTIVE), active_at_source);
     assert_eq!(committed(&dest, IDLE), idle_at_dest);
 
+    // Failover: the offset synced past what the mirror holds moves back to
+    // the mirrored log end before the partition takes writes (else a
+    // consumer resuming there would skip what producers write below it);
+    // offsets within the log stay as synced.
+    agent
+        .admin(AdminRequest::Stop {
+            mirror: "dr".into(),
+            topics: vec![TOPIC.into()],
+        })
+        .expect("stop");
+    let ended = common::kafka::wait_failed_over(&agent, TOPIC, PARTITIONS, DEADLINE);
+    assert!(
+        ended[&2] > ends[&2],
+        "the failover markers follow the mirrored log: {ended:?}"
+    );
+    let mut expected = idle_at_dest.clone();
+    let ahead = expected.get_mut(&(TOPIC.to_owned(), 2)).expect("orders-2");
+    *ahead = (ends[&2], -1, ahead.2.clone());
+    assert_eq!(
+        committed(&dest, IDLE),
+        expected,
+        "orders-2 moved back to the mirrored end, alone"
+    );
+    assert_eq!(committed(&dest, ACTIVE), active_at_source);
+
     agent.stop().expect("stop");
 }
 
@@ -359,6 +387,57 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
     assert_eq!(group_state(&dest, "tmp-scratch"), "Dead");
 
     drop(live);
+    b.stop().expect("stop B");
+    a.stop().expect("stop A");
+}
+
+#[test]
+fn a_failover_takes_the_offsets_committed_at_the_source_since_the_last_round() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(TOPIC, PARTITIONS, 1).expect("topic");
+    let mock = cluster.bootstrap_servers();
+    mock_source::produce(&mock, TOPIC, PARTITIONS, 60, "none", 0).expect("produce");
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, common::source_high_watermark(&mock, TOPIC, p, DEADLINE)))
+        .collect();
+    // Agent A (it lists its groups) is the source; agent B mirrors it with
+    // no metadata round of its own for an hour after the first.
+    let dir_a = tempfile::tempdir().expect("temp dir");
+    let a = mirror_agent(dir_a.path(), &mock, &[TOPIC]);
+    let source = a.listener_addr().expect("listening").to_string();
+    common::wait_mirrored(&a, TOPIC, &ends, DEADLINE);
+    let dir_b = tempfile::tempdir().expect("temp dir");
+    let mut b_config = common::serving_mirror_config(dir_b.path(), &source, &[TOPIC], "");
+    b_config.mirrors[0].metadata_refresh_interval_ms = 3_600_000;
+    let b = Agent::start(b_config).expect("agent B");
+    let dest = b.listener_addr().expect("listening").to_string();
+    common::wait_mirrored(&b, TOPIC, &ends, DEADLINE);
+    // The round at start may have run before the partitions were
+    // mirroring (no groups synced then): one more, asked for.
+    b.admin(AdminRequest::Sync { mirror: "dr".into() }).expect("sync");
+    common::wait_until(DEADLINE, "B's group round", || {
+        match b.admin(AdminRequest::DescribeMirror { mirror: "dr".into() }) {
+            Ok(AdminAnswer::Mirror { mirror }) if mirror.groups_synced_ms.is_some() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    // Committed at the source after that round: only a sync at the
+    // failover itself brings it.
+    common::admin_commit(&source, "g-late", TOPIC, &[(0, 15, 0), (1, 12, 0)], "late");
+    assert!(committed(&dest, "g-late").is_empty(), "no round ran since");
+    b.admin(AdminRequest::Stop {
+        mirror: "dr".into(),
+        topics: vec![TOPIC.into()],
+    })
+    .expect("stop");
+    common::kafka::wait_failed_over(&b, TOPIC, PARTITIONS, DEADLINE);
+    assert_eq!(
+        committed(&dest, "g-late"),
+        mirrored_only(&committed(&source, "g-late")),
+        "the source's offsets as committed there, before the partitions took writes"
+    );
+
     b.stop().expect("stop B");
     a.stop().expect("stop A");
 }

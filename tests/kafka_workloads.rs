@@ -49,21 +49,7 @@ fn kafka_streams_exactly_once_at_kafka_counts_each_record_once_across_a_crash() 
     streams_input(&c.bootstrap, &app.input, 0, RECORDS);
     let dir = tempfile::tempdir().unwrap();
 
-    let mut first = app.start(&c.bootstrap, dir.path(), 10, 0);
-    first.wait_for_line(DEADLINE, "RUNNING", |l| l == "state RUNNING");
-    common::wait_until(DEADLINE, "a third of the input processed", || {
-        let n = processed(&first);
-        if n >= RECORDS / 3 {
-            Ok(())
-        } else {
-            Err(format!("{n} processed"))
-        }
-    });
-    first.kill();
-
-    let second = app.start(&c.bootstrap, dir.path(), 0, 4000);
-    let (status, lines) = second.wait_exit(DEADLINE * 2);
-    assert!(status.success(), "{status}: {lines:#?}");
+    app.run_across_a_crash(&c.bootstrap, dir.path(), RECORDS);
     let counts = app.counts(&c.bootstrap);
     assert_eq!(duplicates(&counts), vec![], "no count output twice");
     assert_eq!(counts, expected_counts(0..RECORDS), "each word counted 1…n, once each");

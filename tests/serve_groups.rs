@@ -245,8 +245,8 @@ fn every_advertised_version_of_the_group_apis_answers() {
     let key = ApiKey::FindCoordinator as i16;
 
     for v in versions(ApiKey::FindCoordinator) {
-        // Transactions are not coordinated here: a non-retriable refusal.
-        for (key_type, code) in [(0i8, 0i16), (1, 53)] {
+        // Groups and transactional ids are both coordinated here.
+        for (key_type, code) in [(0i8, 0i16), (1, 0)] {
             let mut r = FindCoordinatorRequest::default().with_key_type(key_type);
             r = if v >= 4 {
                 r.with_coordinator_keys(vec![s("g")])

@@ -11,10 +11,14 @@ use std::panic::AssertUnwindSafe;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest,
+};
+use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest, DescribeGroupsRequest,
     DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
-    ShareGroupDescribeRequest, SyncGroupRequest,
+    ShareGroupDescribeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
@@ -36,6 +40,7 @@ pub enum GroupRequest {
     Heartbeat(HeartbeatRequest),
     LeaveGroup(LeaveGroupRequest),
     OffsetCommit(OffsetCommitRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
     ListGroups(ListGroupsRequest),
     DescribeGroups(DescribeGroupsRequest),
@@ -44,6 +49,16 @@ pub enum GroupRequest {
     DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
     AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
     DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
+}
+
+/// The transaction coordinator's requests (InitProducerId aside).
+#[derive(Debug)]
+pub enum TransactionRequest {
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
 }
 
 /// The SASL requests.
@@ -91,6 +106,12 @@ pub enum ServedApi {
     DeleteShareGroupOffsets = ApiKey::DeleteShareGroupOffsets as i16,
     SaslHandshake = ApiKey::SaslHandshake as i16,
     SaslAuthenticate = ApiKey::SaslAuthenticate as i16,
+    AddPartitionsToTxn = ApiKey::AddPartitionsToTxn as i16,
+    TxnOffsetCommit = ApiKey::TxnOffsetCommit as i16,
+    AddOffsetsToTxn = ApiKey::AddOffsetsToTxn as i16,
+    EndTxn = ApiKey::EndTxn as i16,
+    DescribeTransactions = ApiKey::DescribeTransactions as i16,
+    ListTransactions = ApiKey::ListTransactions as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
 }
 
@@ -151,6 +172,15 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::CreateTopics, 2, 7),
     (ServedApi::CreatePartitions, 0, 3),
     (ServedApi::InitProducerId, 0, 4),
+    // Transactions at `transaction.version` 1 (see `crate::transactions`):
+    // AddPartitionsToTxn v4+ is the brokers' batched form (KIP-890
+    // verification); clients send up to v3.
+    (ServedApi::AddPartitionsToTxn, 0, 5),
+    (ServedApi::AddOffsetsToTxn, 0, 4),
+    (ServedApi::EndTxn, 0, 4),
+    (ServedApi::TxnOffsetCommit, 0, 4),
+    (ServedApi::DescribeTransactions, 0, 0),
+    (ServedApi::ListTransactions, 0, 2),
     (ServedApi::FindCoordinator, 0, 5),
     (ServedApi::JoinGroup, 0, 9),
     (ServedApi::SyncGroup, 0, 5),
@@ -211,6 +241,8 @@ pub enum Request {
     InitProducerId(InitProducerIdRequest),
     /// The group coordinator's APIs.
     Group(GroupRequest),
+    /// The transaction coordinator's APIs (InitProducerId aside).
+    Transaction(TransactionRequest),
     DescribeClusterMirrors(DescribeClusterMirrorsRequest),
     /// SaslHandshake and SaslAuthenticate (see `serve::sasl`).
     Sasl(SaslRequest),
@@ -345,6 +377,22 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
             decode(body, version).map_err(malformed)?,
         )),
         ApiKey::DeleteShareGroupOffsets => Request::Group(GroupRequest::DeleteShareGroupOffsets(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::AddPartitionsToTxn => Request::Transaction(TransactionRequest::AddPartitionsToTxn(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::AddOffsetsToTxn => Request::Transaction(TransactionRequest::AddOffsetsToTxn(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::TxnOffsetCommit => {
+            Request::Group(GroupRequest::TxnOffsetCommit(decode(body, version).map_err(malformed)?))
+        }
+        ApiKey::EndTxn => Request::Transaction(TransactionRequest::EndTxn(decode(body, version).map_err(malformed)?)),
+        ApiKey::DescribeTransactions => Request::Transaction(TransactionRequest::DescribeTransactions(
+            decode(body, version).map_err(malformed)?,
+        )),
+        ApiKey::ListTransactions => Request::Transaction(TransactionRequest::ListTransactions(
             decode(body, version).map_err(malformed)?,
         )),
         ApiKey::SaslHandshake => Request::Sasl(SaslRequest::Handshake(decode(body, version).map_err(malformed)?)),
@@ -520,6 +568,12 @@ mod tests {
             ServedApi::DeleteShareGroupOffsets => frame(api, version, &km::DeleteShareGroupOffsetsRequest::default()),
             ServedApi::SaslHandshake => frame(api, version, &km::SaslHandshakeRequest::default()),
             ServedApi::SaslAuthenticate => frame(api, version, &km::SaslAuthenticateRequest::default()),
+            ServedApi::AddPartitionsToTxn => frame(api, version, &km::AddPartitionsToTxnRequest::default()),
+            ServedApi::AddOffsetsToTxn => frame(api, version, &km::AddOffsetsToTxnRequest::default()),
+            ServedApi::TxnOffsetCommit => frame(api, version, &km::TxnOffsetCommitRequest::default()),
+            ServedApi::EndTxn => frame(api, version, &km::EndTxnRequest::default()),
+            ServedApi::DescribeTransactions => frame(api, version, &km::DescribeTransactionsRequest::default()),
+            ServedApi::ListTransactions => frame(api, version, &km::ListTransactionsRequest::default()),
             ServedApi::DescribeClusterMirrors => mirrors_frame(&DescribeClusterMirrorsRequest::default()),
         }
     }

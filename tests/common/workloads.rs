@@ -152,6 +152,27 @@ impl StreamsApp {
         )
     }
 
+    /// Runs the application at `bootstrap` (each record held 10 ms) until
+    /// a third of the `records` input records are processed, kills it
+    /// (SIGKILL, a transaction open), then runs a new instance (empty
+    /// state: restored from the changelog) until it has been idle 4 s.
+    pub fn run_across_a_crash(&self, bootstrap: &str, dir: &Path, records: usize) {
+        let mut first = self.start(bootstrap, dir, 10, 0);
+        first.wait_for_line(DEADLINE, "RUNNING", |l| l == "state RUNNING");
+        super::wait_until(DEADLINE, "a third of the input processed", || {
+            let n = processed(&first);
+            if n >= records / 3 {
+                Ok(())
+            } else {
+                Err(format!("{n} processed"))
+            }
+        });
+        first.kill();
+        let second = self.start(bootstrap, dir, 0, 4000);
+        let (status, lines) = second.wait_exit(DEADLINE * 2);
+        assert!(status.success(), "{status}: {lines:#?}");
+    }
+
     /// The input index `i` (key `k<i>`) of every input record at
     /// `bootstrap`, by (partition, offset).
     pub fn input_at(&self, bootstrap: &str) -> BTreeMap<(i32, i64), usize> {

@@ -63,6 +63,9 @@ const SYNC_RETRY_MIN: Duration = Duration::from_millis(200);
 /// operator requests wait behind it.
 const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(10);
 const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a failover (`mirror stop`) waits for its last group offset sync
+/// before it goes on without it: what a dead source can delay it by.
+const FINAL_GROUP_SYNC_MAX: Duration = Duration::from_secs(5);
 
 /// What the coordinator is started with.
 pub struct CoordinatorSetup {
@@ -435,6 +438,9 @@ impl Core {
             .await;
             match wake {
                 Wake::Call(call) => {
+                    if let crate::admin::AdminRequest::Stop { mirror, .. } = &call.request {
+                        self.final_group_sync(mirror).await;
+                    }
                     let answer = self.handle(call.request);
                     let _ = call.reply.try_send(answer);
                     // Calls win the race above: a steady stream of them

@@ -11,7 +11,7 @@ use ringmirror_dataplane::client::{ClientError, Connection};
 use ringmirror_dataplane::fetch::SourceMetadata;
 
 use super::connections::{connection, source_metadata, source_options};
-use super::{Core, SYNC_RETRY_MIN, now_ms};
+use super::{Core, FINAL_GROUP_SYNC_MAX, SYNC_RETRY_MIN, now_ms};
 use crate::metadata_sync::acl_sync::sync_acls;
 use crate::metadata_sync::deletion::{self, NO_TOPIC_ID, Round, Sighting};
 use crate::metadata_sync::groups::sync_group_offsets;
@@ -57,6 +57,32 @@ impl Core {
                 m.sync_error = Some(e.to_string());
                 m.next_sync = Instant::now() + backoff;
             }
+        }
+    }
+
+    /// Failover: one last group offset sync before partitions of `name`
+    /// stop, since the periodic round may be up to a refresh interval old
+    /// and consumers resume here at what it copied. Bounded by
+    /// [`FINAL_GROUP_SYNC_MAX`]: a dead source delays the failover by that
+    /// at most, and its connections are dropped for the next round.
+    pub(super) async fn final_group_sync(&mut self, name: &str) {
+        let synced = futures_lite::future::or(
+            async {
+                self.sync_groups(name).await;
+                true
+            },
+            async {
+                glommio::timer::sleep(FINAL_GROUP_SYNC_MAX).await;
+                false
+            },
+        )
+        .await;
+        if !synced {
+            tracing::warn!(mirror = name, waited = ?FINAL_GROUP_SYNC_MAX, "no last group offset sync before the failover: the source did not answer in time");
+            if let Some(m) = self.mirrors.get_mut(name) {
+                m.conn = None;
+            }
+            self.listener_conn = None;
         }
     }
 

@@ -406,26 +406,41 @@ impl Supervisor {
     }
 
     /// Ends mirroring of a partition no fetcher holds any more.
+    /// Ends mirroring of a partition its fetcher has let go, in a task of
+    /// its own (the other partitions go on): group offsets synced past the
+    /// log end are moved back to it on every shard, then the log's end
+    /// steps run and the partition becomes writable (`Registry::end_mirroring`).
+    /// A crash in between repeats the whole, which is idempotent.
     fn end_mirroring(&self, partition: MirrorPartition) {
         let (mirror, tp) = (partition.key.mirror.clone(), partition.key.tp.clone());
         drop(partition);
         let cluster_id = self.source_cluster_id.clone().unwrap_or_default();
-        let mirrored_epoch = self.registry.get(&tp).map_or(-1, |s| s.leader_epoch.get());
-        match self.registry.end_mirroring(&tp, &cluster_id) {
-            Ok((ended, leader_epoch)) => self.event(mirror_ended(
-                &self.registry,
-                mirror,
-                tp,
-                &ended,
-                leader_epoch,
-                mirrored_epoch,
-            )),
-            Err(error) => self.event(StateEvent::CommandFailed {
-                mirror,
-                tp,
-                error: format!("end mirroring: {error}"),
-            }),
-        }
+        let registry = Rc::clone(&self.registry);
+        let events = self.events.clone();
+        glommio::spawn_local(async move {
+            let served = registry.get(&tp);
+            let mirrored_epoch = served.as_ref().map_or(-1, |s| s.leader_epoch.get());
+            let log_end = served.map(|s| s.log.borrow().log_end_offset());
+            let clamped = match log_end {
+                Some(log_end) => registry.clamp_group_offsets(&tp, log_end).await,
+                None => Err("not open on this shard".to_owned()),
+            };
+            let ended = clamped.and_then(|moved| {
+                if moved > 0 {
+                    tracing::info!(%tp, moved, "group offsets past the mirrored log end moved back to it");
+                }
+                registry.end_mirroring(&tp, &cluster_id)
+            });
+            events.state(match ended {
+                Ok((ended, leader_epoch)) => mirror_ended(&registry, mirror, tp, &ended, leader_epoch, mirrored_epoch),
+                Err(error) => StateEvent::CommandFailed {
+                    mirror,
+                    tp,
+                    error: format!("end mirroring: {error}"),
+                },
+            });
+        })
+        .detach();
     }
 
     fn take_returns(&mut self) {

@@ -192,7 +192,8 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                 return conn.respond(ApiKey::Produce, version, id, &body).await;
             }
             // WRITE on each topic (Kafka's handleProduceRequest);
-            // transactional produce is refused below (no transactions).
+            // a transactional batch is verified with its coordinator in
+            // `write::produce`.
             let denied = take_unauthorized(conn, &mut r.topic_data, AclOperation::Write, |t| &t.name.0);
             let mut body = write::produce(conn, version, r).await;
             if !denied.is_empty() {
@@ -240,8 +241,10 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::InitProducerId(r) => {
             // Idempotent producers: IDEMPOTENT_WRITE on the cluster or
             // WRITE on some topic (Kafka's handleInitProducerIdRequest);
-            // transactional ids are refused by `init_producer_id`.
-            let body = if r.transactional_id.is_none() && !conn.authorized_idempotent_write() {
+            // transactional ones go to their id's coordinator.
+            let body = if r.transactional_id.is_some() {
+                super::transactions::init_producer_id(conn, &r).await
+            } else if !conn.authorized_idempotent_write() {
                 InitProducerIdResponse::default()
                     .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
                     .with_producer_id(kafka_protocol::messages::ProducerId(-1))
@@ -252,6 +255,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
         Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
+        Request::Transaction(r) => super::transactions::handle(conn, &header, r).await,
         Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
         Request::DescribeClusterMirrors(r) => {
             // Ours, not Kafka's: DESCRIBE on the cluster.

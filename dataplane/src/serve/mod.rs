@@ -5,6 +5,8 @@
 //! * [`registry`] — each shard's open logs, and the jobs through which a
 //!   connection on one shard reads a partition owned by another.
 //! * [`groups`] — the group coordinator: consumer groups and committed offsets.
+//! * [`transactions`] — the transaction coordinator of each shard on the
+//!   listener: its APIs, timer and markers.
 //! * [`request`] — request frames decoded and checked against what we serve.
 //! * [`listener`] — accepting, framing, sending (records via sendfile).
 //! * [`handlers`], [`fetch`] and [`write`] — the answers (`write`: local
@@ -32,6 +34,7 @@ pub mod producer_ids;
 pub mod registry;
 pub mod sasl;
 pub mod tls;
+pub mod transactions;
 mod write;
 
 pub use acls::{AclBinding, AclBindingFilter, AclStore};

@@ -47,6 +47,20 @@ impl ProducerIds {
         state.0 += 1;
         Ok(id)
     }
+
+    /// From now on hands out only ids above `producer_id` (one found in a
+    /// transaction log, so it is never handed out again); the new block
+    /// end is written before this returns.
+    pub fn reserve_through(&self, producer_id: i64) -> std::io::Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if producer_id < state.0 {
+            return Ok(());
+        }
+        let end = producer_id.saturating_add(1).saturating_add(BLOCK_SIZE);
+        write_durably(&self.path, end.to_string().as_bytes())?;
+        *state = (producer_id + 1, end);
+        Ok(())
+    }
 }
 
 fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -75,5 +89,20 @@ mod tests {
         drop(a);
         let b = ProducerIds::open(dir.path()).unwrap();
         assert_eq!(b.next().unwrap(), BLOCK_SIZE);
+    }
+
+    #[test]
+    fn reserved_ids_are_never_handed_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ProducerIds::open(dir.path()).unwrap();
+        assert_eq!(a.next().unwrap(), 0);
+        a.reserve_through(5000).unwrap();
+        assert_eq!(a.next().unwrap(), 5001);
+        // An id below the next one changes nothing.
+        a.reserve_through(10).unwrap();
+        assert_eq!(a.next().unwrap(), 5002);
+        drop(a);
+        let b = ProducerIds::open(dir.path()).unwrap();
+        assert!(b.next().unwrap() > 5002);
     }
 }

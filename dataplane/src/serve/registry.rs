@@ -23,6 +23,7 @@ use glommio::net::AcceptedTcpStream;
 use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
+use super::transactions::ShardTransactions;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
@@ -81,6 +82,11 @@ pub struct Registry {
     producer_ids: Arc<ProducerIds>,
     /// This shard's group coordinator, once opened (see `groups::api::start`).
     groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
+    /// This shard's transaction coordinator, once opened (see `transactions::start`).
+    transactions: std::cell::OnceCell<Rc<ShardTransactions>>,
+    /// The links to every shard, set with the listener (groups exist only
+    /// with one): the end of mirroring reaches every shard's groups.
+    links: std::cell::OnceCell<Arc<ShardLinks>>,
 }
 
 /// A file in a partition directory saying the topic is local (created at
@@ -150,6 +156,8 @@ impl Registry {
             log_config,
             producer_ids,
             groups: std::cell::OnceCell::new(),
+            transactions: std::cell::OnceCell::new(),
+            links: std::cell::OnceCell::new(),
         })
     }
 
@@ -163,6 +171,62 @@ impl Registry {
         let _ = self.groups.set(coordinator);
     }
 
+    /// The coordinator of the transactional ids placed on this shard, if it opened.
+    pub fn transactions(&self) -> Option<Rc<ShardTransactions>> {
+        self.transactions.get().cloned()
+    }
+
+    pub fn set_transactions(&self, coordinator: Rc<ShardTransactions>) {
+        // Set once, when the shard starts.
+        let _ = self.transactions.set(coordinator);
+    }
+
+    /// Whether `tp` has a directory in the data dir (served or not yet).
+    pub fn partition_on_disk(&self, tp: &TopicPartition) -> bool {
+        self.log_dir.partition_dir(tp).exists()
+    }
+
+    pub fn set_links(&self, links: Arc<ShardLinks>) {
+        // Set once, when the shard starts its listener.
+        let _ = self.links.set(links);
+    }
+
+    /// Failover: moves every group's offsets of `tp` past `log_end` back
+    /// to it on every shard's group coordinator
+    /// ([`GroupCoordinator::clamp_offsets_to_log_end`]), before the
+    /// partition becomes writable. Without a listener there are no groups.
+    /// Returns how many offsets moved.
+    pub async fn clamp_group_offsets(self: &Rc<Self>, tp: &TopicPartition, log_end: i64) -> Result<usize, String> {
+        let Some(links) = self.links.get() else {
+            return Ok(0);
+        };
+        let access = ShardAccess {
+            local: Rc::clone(self),
+            links: Arc::clone(links),
+        };
+        let mut moved = 0;
+        for shard in 0..links.shards() {
+            let (topic, partition) = (tp.topic.clone(), tp.partition);
+            let clamped = access
+                .on(shard, move |registry| {
+                    let Some(groups) = registry.groups() else {
+                        return Some(Ok(0));
+                    };
+                    let mut groups = groups.try_borrow_mut().ok()?;
+                    let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+                    Some(
+                        groups
+                            .clamp_offsets_to_log_end(&topic, partition, log_end, now)
+                            .map_err(|e| format!("shard {shard}'s group offsets: {e}")),
+                    )
+                })
+                .await
+                .ok_or_else(|| format!("shard {shard} has ended"))?;
+            moved += clamped?;
+        }
+        Ok(moved)
+    }
+
     /// The data directory (the group coordinator keeps its offsets there).
     pub fn data_dir(&self) -> &std::path::Path {
         self.log_dir.path()
@@ -171,6 +235,12 @@ impl Registry {
     /// The agent-wide producer id allocator.
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The same allocator, for a holder that outlives a borrow (the
+    /// transaction coordinator).
+    pub fn shared_producer_ids(&self) -> Arc<ProducerIds> {
+        Arc::clone(&self.producer_ids)
     }
 
     /// Creates (or, after a crash mid-creation, completes) a partition of a

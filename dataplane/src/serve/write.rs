@@ -8,8 +8,9 @@
 //! topics on the owning shard — offsets assigned, the destination leader
 //! epoch stamped, retries recognised by producer id and sequence. Produce to
 //! a mirror topic is refused with READ_ONLY_TOPIC on every partition.
-//! Transactions at the destination are refused: InitProducerId with a
-//! transactional id and transactional batches get an error, nothing else.
+//! A transactional batch is appended once its transaction's coordinator
+//! says the partition is in the transaction (KIP-890 part 1; see
+//! `transactions.rs`).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -29,9 +30,11 @@ use uuid::Uuid;
 use super::catalog::random_bytes;
 use super::listener::ClientConnection;
 use super::registry::{Registry, ServedPartition};
+use super::transactions::{mirror_topic_message, verification_error};
 use crate::fetch::shard_for;
 use crate::shard::UNCLAIMED_MIRROR;
 use ringmirror_protocol::error_codes as ec;
+use ringmirror_storage::batch::RecordBatch;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
@@ -47,7 +50,8 @@ fn produce_error_code(e: &ProduceError) -> i16 {
         ProduceError::MessageTooLarge { .. } => ec::MESSAGE_TOO_LARGE,
         ProduceError::OutOfOrderSequence { .. } => ec::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ProduceError::InvalidProducerEpoch { .. } => ec::INVALID_PRODUCER_EPOCH,
-        ProduceError::TransactionsUnsupported => ec::INVALID_TXN_STATE,
+        ProduceError::TransactionalWithoutProducerId => ec::INVALID_RECORD,
+        ProduceError::CoordinatorFenced { .. } => ec::TRANSACTION_COORDINATOR_FENCED,
         ProduceError::Log(e) if e.is_disk_full() => ec::KAFKA_STORAGE_ERROR,
         ProduceError::Log(_) => ec::KAFKA_STORAGE_ERROR,
     }
@@ -95,12 +99,14 @@ fn produce_response(request: &ProduceRequest, version: i16, answers: Vec<Vec<App
     ProduceResponse::default().with_responses(responses)
 }
 
+/// A Produce's batches per owning shard: (topic index, partition index in
+/// the request, partition, batch, the transaction's verdict on it).
+type ProduceWork = HashMap<usize, Vec<(usize, usize, TopicPartition, Bytes, i16)>>;
+
 /// Produce: appends each partition's batch on its owning shard.
 pub async fn produce(conn: &mut ClientConnection, version: i16, request: ProduceRequest) -> ProduceResponse {
     let catalog = conn.catalog.get();
-    let transactional = request.transactional_id.is_some();
-    // Per owning shard: (topic index, partition index in request, tp, batch).
-    let mut work: HashMap<usize, Vec<(usize, usize, TopicPartition, Bytes)>> = HashMap::new();
+    let mut work = ProduceWork::new();
     let mut answers: Vec<Vec<Appended>> = request
         .topic_data
         .iter()
@@ -114,9 +120,12 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
             if let Some((e, owner)) = entry.and_then(|e| Some((e, e.partitions.get(&p.index)?))) {
                 let tp = TopicPartition::new(e.name.clone(), p.index);
                 let batch = p.records.clone().unwrap_or_default();
-                work.entry(owner.shard).or_default().push((ti, pi, tp, batch));
+                work.entry(owner.shard).or_default().push((ti, pi, tp, batch, ec::NONE));
             }
         }
+    }
+    if let Some(id) = &request.transactional_id {
+        verify_transaction(conn, version, &id.0, &mut work).await;
     }
     for (shard, batches) in work {
         let done = conn
@@ -124,19 +133,20 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
             .on(shard, move |registry| {
                 let mut out = Vec::with_capacity(batches.len());
                 let mut appended = false;
-                for (ti, pi, tp, batch) in &batches {
+                for (ti, pi, tp, batch, verdict) in &batches {
                     let Some(partition) = registry.get(tp) else {
                         out.push((*ti, *pi, (ec::UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None)));
                         continue;
                     };
                     if partition.mirror.is_some() {
-                        let why = Some("mirror topics are read-only".to_string());
+                        let why = Some(mirror_topic_message(&tp.topic));
                         out.push((*ti, *pi, (ec::READ_ONLY_TOPIC, -1, -1, why)));
                         continue;
                     }
-                    if transactional {
-                        let why = Some("transactions are not supported at this agent".to_string());
-                        out.push((*ti, *pi, (ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1, why)));
+                    if *verdict != ec::NONE {
+                        let not_added = matches!(*verdict, ec::INVALID_TXN_STATE | ec::TRANSACTION_ABORTABLE);
+                        let why = not_added.then(|| "Partition was not added to the transaction".to_string());
+                        out.push((*ti, *pi, (*verdict, -1, -1, why)));
                         continue;
                     }
                     let Ok(mut log) = partition.log.try_borrow_mut() else {
@@ -169,6 +179,46 @@ pub async fn produce(conn: &mut ClientConnection, version: i16, request: Produce
         }
     }
     produce_response(&request, version, answers)
+}
+
+/// The first Produce version whose client knows TRANSACTION_ABORTABLE
+/// (KIP-890); older ones are told INVALID_TXN_STATE.
+const PRODUCE_TRANSACTION_ABORTABLE_VERSION: i16 = 11;
+
+/// KIP-890 part 1: each transactional batch's partition checked with the
+/// transaction's coordinator before it is appended (Kafka's
+/// `ReplicaManager.appendRecords` with `AddPartitionsToTxnManager`); the
+/// verdict goes with the batch. A batch that is not transactional, or whose
+/// header cannot be read (refused at append), is left as it is.
+async fn verify_transaction(conn: &ClientConnection, version: i16, transactional_id: &str, work: &mut ProduceWork) {
+    // Per (producer id, epoch): the partitions to verify.
+    let mut asked: HashMap<(i64, i16), Vec<TopicPartition>> = HashMap::new();
+    for (_, _, tp, batch, _) in work.values().flatten() {
+        if let Ok(view) = RecordBatch::new(&batch[..])
+            && view.is_transactional()
+        {
+            asked
+                .entry((view.producer_id(), view.producer_epoch()))
+                .or_default()
+                .push(tp.clone());
+        }
+    }
+    let mut verdicts: HashMap<(i64, i16, TopicPartition), i16> = HashMap::new();
+    for ((producer_id, epoch), partitions) in asked {
+        let answers =
+            super::transactions::verify_partitions(&conn.access, transactional_id, producer_id, epoch, partitions)
+                .await;
+        verdicts.extend(answers.into_iter().map(|(tp, code)| ((producer_id, epoch, tp), code)));
+    }
+    for (_, _, tp, batch, verdict) in work.values_mut().flatten() {
+        if let Ok(view) = RecordBatch::new(&batch[..])
+            && view.is_transactional()
+        {
+            let key = (view.producer_id(), view.producer_epoch(), tp.clone());
+            let code = verdicts.get(&key).copied().unwrap_or(ec::COORDINATOR_NOT_AVAILABLE);
+            *verdict = verification_error(code, version >= PRODUCE_TRANSACTION_ABORTABLE_VERSION);
+        }
+    }
 }
 
 /// Kafka's rule for topic names, and ours for the agent's own state.
@@ -439,17 +489,12 @@ async fn grow_topic(conn: &mut ClientConnection, topic: &str, count: i32, valida
     create_local_partitions(conn, topic, id.unwrap_or(entry.id), &configs, current..count).await
 }
 
-/// InitProducerId for idempotent producers (no transactional id): a new
+/// InitProducerId for idempotent producers (no transactional id; the
+/// transactional ones are `transactions::init_producer_id`'s): a new
 /// producer id, or the same id with the next epoch when the producer asks
 /// to bump its own (v3+).
 pub fn init_producer_id(conn: &ClientConnection, request: &InitProducerIdRequest) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default();
-    if request.transactional_id.is_some() {
-        return response
-            .with_error_code(ec::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-    }
     let (id, epoch) = (request.producer_id.0, request.producer_epoch);
     if id >= 0 && (0..i16::MAX - 1).contains(&epoch) {
         return response.with_producer_id(ProducerId(id)).with_producer_epoch(epoch + 1);

@@ -222,6 +222,8 @@ pub fn spawn_shard(
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
                 crate::serve::groups::api::start(&registry);
+                registry.set_links(Arc::clone(&serving.links));
+                crate::serve::transactions::start(&registry, Arc::clone(&serving.links));
                 let access = ShardAccess {
                     local: Rc::clone(&registry),
                     links: serving.links,

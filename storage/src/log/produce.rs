@@ -1,12 +1,15 @@
 //! Appending what a producer sent to a local (writable) topic, as a Kafka
 //! leader does: one record batch per partition, checked (framing, CRC,
-//! record count, no control batches, no transactions), its base offset and
+//! record count, no control batches), its base offset and
 //! partition leader epoch stamped in place (both lie outside the CRC, so the
-//! batch is otherwise stored as sent), and — for idempotent producers — the
-//! epoch and sequence checked, so that a retried batch is acknowledged with
-//! its first offset instead of being appended twice.
+//! batch is otherwise stored as sent), and — for idempotent and
+//! transactional producers — the epoch and sequence checked, so that a
+//! retried batch is acknowledged with its first offset instead of being
+//! appended twice. A transactional batch (its transaction verified by the
+//! caller) stays open until its marker, which the transaction coordinator
+//! has appended here ([`PartitionLog::append_txn_marker`]).
 
-use crate::batch::RecordBatch;
+use crate::batch::{BatchBuilder, ControlType, RecordBatch};
 
 use super::error::LogError;
 use super::partition_log::PartitionLog;
@@ -28,8 +31,10 @@ pub enum ProduceError {
     OutOfOrderSequence { producer_id: i64, got: i32, last: i32 },
     #[error("producer {producer_id}: epoch {got} is older than {current}")]
     InvalidProducerEpoch { producer_id: i64, got: i16, current: i16 },
-    #[error("transactional produce is not supported at the destination")]
-    TransactionsUnsupported,
+    #[error("a transactional batch without a producer id")]
+    TransactionalWithoutProducerId,
+    #[error("transaction marker of coordinator epoch {got} is older than {current}")]
+    CoordinatorFenced { got: i32, current: i32 },
     #[error(transparent)]
     Log(#[from] LogError),
 }
@@ -69,8 +74,8 @@ impl PartitionLog {
                 "producers may not write control batches".into(),
             ));
         }
-        if view.is_transactional() {
-            return Err(ProduceError::TransactionsUnsupported);
+        if view.is_transactional() && view.producer_id() < 0 {
+            return Err(ProduceError::TransactionalWithoutProducerId);
         }
         if view.records_count() != view.last_offset_delta().saturating_add(1) {
             return Err(ProduceError::InvalidRecord(format!(
@@ -96,6 +101,58 @@ impl PartitionLog {
             base_offset,
             duplicate: false,
         })
+    }
+
+    /// Appends a transaction's COMMIT (`commit`) or ABORT marker for
+    /// `producer_id` at `leader_epoch` and flushes, as a Kafka leader does
+    /// for the coordinator's WriteTxnMarkers. Checked as Kafka's
+    /// `ProducerStateManager` checks a marker: an epoch older than the
+    /// producer's is refused (InvalidProducerEpoch: the marker is fenced),
+    /// and so is a coordinator epoch older than the producer's last.
+    /// Writing a marker for a transaction already ended is harmless.
+    pub fn append_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        leader_epoch: i32,
+        now_ms: u64,
+    ) -> Result<(), ProduceError> {
+        if let Some(known) = self.producer_state().producer(producer_id) {
+            if producer_epoch < known.producer_epoch {
+                return Err(ProduceError::InvalidProducerEpoch {
+                    producer_id,
+                    got: producer_epoch,
+                    current: known.producer_epoch,
+                });
+            }
+            if coordinator_epoch < known.coordinator_epoch {
+                return Err(ProduceError::CoordinatorFenced {
+                    got: coordinator_epoch,
+                    current: known.coordinator_epoch,
+                });
+            }
+        }
+        self.note_local_write()?;
+        let control_type = if commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        let timestamp = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let marker = BatchBuilder::control_marker(
+            self.log_end_offset(),
+            leader_epoch,
+            producer_id,
+            producer_epoch,
+            control_type,
+            BatchBuilder::end_txn_marker_value(coordinator_epoch),
+            timestamp,
+        );
+        self.append(&marker.build(), now_ms)?;
+        self.flush(now_ms)?;
+        Ok(())
     }
 
     /// Kafka's idempotence rules for one batch of an idempotent producer:

@@ -57,7 +57,9 @@
 //!    which creates the group at the destination if need be. An offset
 //!    ahead of the destination's log end (the mirror lags) is written as it
 //!    is: a consumer resuming there waits for the data rather than
-//!    re-reading. A consumer that joins between the check and the commit
+//!    re-reading. At failover, before the partition takes writes, the
+//!    data plane moves such an offset back to the mirrored log end
+//!    (`GroupCoordinator::clamp_offsets_to_log_end`). A consumer that joins between the check and the commit
 //!    is safe: the coordinator refuses a generation -1 commit to a group
 //!    with members (UNKNOWN_MEMBER_ID, per partition in
 //!    [`GroupOutcome::Synced::refused`]); likewise a group of the other

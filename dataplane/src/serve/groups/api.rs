@@ -33,6 +33,9 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::share_group_describe_response::DescribedGroup as ShareDescribedGroup;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsResponse,
     DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
@@ -40,7 +43,7 @@ use kafka_protocol::messages::{
     FindCoordinatorResponse, GroupId, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
     OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    SyncGroupRequest, SyncGroupResponse, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -304,6 +307,18 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
         GroupRequest::FindCoordinator(r) => {
             let mut body = find_coordinator(&conn.catalog.get(), version, &r);
             // DESCRIBE on each group (Kafka's handleFindCoordinatorRequest).
+            // DESCRIBE on each transactional id (the same).
+            if restricted && r.key_type == KEY_TYPE_TRANSACTION {
+                for c in &mut body.coordinators {
+                    if !conn.authorized(AclOperation::Describe, ResourceType::TransactionalId, &c.key) {
+                        c.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                        c.error_message = Some(s("Transactional Id authorization failed."));
+                        c.node_id = BrokerId(-1);
+                        c.host = StrBytes::default();
+                        c.port = -1;
+                    }
+                }
+            }
             if restricted && r.key_type == KEY_TYPE_GROUP {
                 for c in &mut body.coordinators {
                     if !group_allowed(conn, AclOperation::Describe, &c.key) {
@@ -367,6 +382,10 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     .with_partitions(partitions)
             }));
             conn.respond(ApiKey::OffsetCommit, version, id, &body).await
+        }
+        GroupRequest::TxnOffsetCommit(r) => {
+            let body = txn_offset_commit(conn, version, r).await;
+            conn.respond(ApiKey::TxnOffsetCommit, version, id, &body).await
         }
         GroupRequest::OffsetFetch(mut r) => {
             // DESCRIBE on each group (v8+ here; before, above) and on each
@@ -636,18 +655,13 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
     }
 }
 
-/// This agent coordinates every group; transactions are not coordinated here.
+/// This agent coordinates every group and every transactional id (each
+/// on its shard, behind the one listener port).
 fn find_coordinator(catalog: &Catalog, version: i16, r: &FindCoordinatorRequest) -> FindCoordinatorResponse {
     let me = &catalog.identity;
     let answer = |key_type: i8| -> (i16, Option<&'static str>) {
         match key_type {
-            KEY_TYPE_GROUP => (NONE, None),
-            // Not retriable, so a transactional producer fails at once
-            // instead of retrying until its timeout.
-            KEY_TYPE_TRANSACTION => (
-                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                Some("transactions are not supported at this agent"),
-            ),
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => (NONE, None),
             _ => (INVALID_REQUEST, Some("unknown coordinator key type")),
         }
     };
@@ -836,18 +850,16 @@ async fn offset_commit(access: &ShardAccess, catalog: &Catalog, r: OffsetCommitR
         .await
         .unwrap_or_else(|| vec![COORDINATOR_NOT_AVAILABLE; count])
     };
-    let mut decided = decided.into_iter();
     let topics = r
         .topics
         .into_iter()
-        .zip(codes)
+        .zip(merged_codes(codes, decided))
         .map(|(t, topic_codes)| {
             let partitions = t
                 .partitions
                 .iter()
                 .zip(topic_codes)
                 .map(|(p, code)| {
-                    let code = code.or_else(|| decided.next()).unwrap_or(COORDINATOR_NOT_AVAILABLE);
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(code)
@@ -861,15 +873,143 @@ async fn offset_commit(access: &ShardAccess, catalog: &Catalog, r: OffsetCommitR
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// Each partition's code, per topic: the one decided before the
+/// coordinator was asked, else the coordinator's next (they come in order).
+fn merged_codes(early: Vec<Vec<Option<i16>>>, decided: Vec<i16>) -> Vec<Vec<i16>> {
+    let mut decided = decided.into_iter();
+    early
+        .into_iter()
+        .map(|topic| {
+            topic
+                .into_iter()
+                .map(|code| code.or_else(|| decided.next()).unwrap_or(COORDINATOR_NOT_AVAILABLE))
+                .collect()
+        })
+        .collect()
+}
+
+/// TxnOffsetCommit: WRITE on the transactional id, READ on the group and
+/// on each topic (Kafka's `handleTxnOffsetCommitRequest`); the group's
+/// offsets partition verified with the transaction's coordinator (KIP-890
+/// part 1: added by AddOffsetsToTxn), then the offsets kept pending on the
+/// group's shard until the transaction ends.
+async fn txn_offset_commit(
+    conn: &ClientConnection,
+    version: i16,
+    r: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let catalog = conn.access.local.catalog().snapshot();
+    let id = r.transactional_id.0.to_string();
+    let group = r.group_id.0.to_string();
+    let denied = if !conn.authorized(AclOperation::Write, ResourceType::TransactionalId, &id) {
+        Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else if !group_allowed(conn, AclOperation::Read, &group) {
+        Some(GROUP_AUTHORIZATION_FAILED)
+    } else {
+        None
+    };
+    let timestamp = now_ms() as i64;
+    let mut codes: Vec<Vec<Option<i16>>> = Vec::with_capacity(r.topics.len());
+    let mut offsets = Vec::new();
+    for t in &r.topics {
+        let topic_denied = !topic_allowed(conn, AclOperation::Read, &t.name);
+        let topic_codes = t
+            .partitions
+            .iter()
+            .map(|p| {
+                if let Some(code) = denied {
+                    Some(code)
+                } else if topic_denied {
+                    Some(TOPIC_AUTHORIZATION_FAILED)
+                } else if catalog.owner(&t.name.0, p.partition_index).is_none() {
+                    Some(UNKNOWN_TOPIC_OR_PARTITION)
+                } else {
+                    let value = CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_deref().unwrap_or_default().to_owned(),
+                        commit_timestamp: timestamp,
+                    };
+                    offsets.push(((t.name.0.to_string(), p.partition_index), value));
+                    None
+                }
+            })
+            .collect();
+        codes.push(topic_codes);
+    }
+    let count = offsets.len();
+    let decided = if count == 0 {
+        Vec::new()
+    } else {
+        let shards = conn.access.links.shards();
+        let offsets_partition = crate::transactions::coordinator::GROUP_OFFSETS_TOPIC;
+        let group_shard = i32::try_from(group_shard(&group, shards)).unwrap_or(i32::MAX);
+        let (producer_id, epoch) = (r.producer_id.0, r.producer_epoch);
+        let verdict = crate::serve::transactions::verify_partitions(
+            &conn.access,
+            &id,
+            producer_id,
+            epoch,
+            vec![TopicPartition::new(offsets_partition, group_shard)],
+        )
+        .await
+        .first()
+        .map_or(COORDINATOR_NOT_AVAILABLE, |(_, code)| *code);
+        // TRANSACTION_ABORTABLE from v4 (KIP-890), as Kafka's
+        // `txnOffsetCommitRequestVersionToTransactionSupportedOperation`.
+        let verdict = crate::serve::transactions::verification_error(verdict, version >= 4);
+        if verdict != NONE {
+            vec![verdict; count]
+        } else {
+            let (generation, member) = (r.generation_id, r.member_id.to_string());
+            on_coordinator(&conn.access, &group.clone(), move |c, _| {
+                c.txn_commit(&group, producer_id, generation, &member, offsets)
+            })
+            .await
+            .unwrap_or_else(|| vec![COORDINATOR_NOT_AVAILABLE; count])
+        }
+    };
+    let topics = r
+        .topics
+        .into_iter()
+        .zip(merged_codes(codes, decided))
+        .map(|(t, topic_codes)| {
+            let partitions = t
+                .partitions
+                .iter()
+                .zip(topic_codes)
+                .map(|(p, code)| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 /// Partitions asked about per topic, in request order; `None`: all.
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
-/// Committed offsets per topic, in order.
-type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+/// Committed offsets per topic, in order, each with its partition's error
+/// (UNSTABLE_OFFSET_COMMIT while a transaction holds one, when asked).
+type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>, i16)>)>;
 
 /// `None` when the group's coordinator is not available; the group's
 /// error (GROUP_ID_NOT_FOUND for a share group, as Kafka's "Group … is not
 /// a consumer group") otherwise.
-async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Option<Result<ByTopic, i16>> {
+/// With `require_stable`, a partition an open transaction holds an offset
+/// of is answered UNSTABLE_OFFSET_COMMIT and no offset (Kafka's
+/// `GroupMetadataManager.getOffsets`).
+async fn committed(
+    access: &ShardAccess,
+    group: String,
+    wanted: Wanted,
+    require_stable: bool,
+) -> Option<Result<ByTopic, i16>> {
     on_coordinator(access, &group.clone(), move |c, _| {
         if c.is_share_group(&group) {
             return Err(GROUP_ID_NOT_FOUND);
@@ -884,9 +1024,16 @@ async fn committed(access: &ShardAccess, group: String, wanted: Wanted) -> Optio
         // Regrouped by topic, keeping the request's order.
         let mut out: ByTopic = Vec::new();
         for ((topic, partition), v) in found {
+            let tp = (topic, partition);
+            let (v, code) = if require_stable && c.has_pending_txn_offset(&group, &tp) {
+                (None, UNSTABLE_OFFSET_COMMIT)
+            } else {
+                (v, NONE)
+            };
+            let (topic, partition) = tp;
             match out.last_mut() {
-                Some((t, ps)) if *t == topic => ps.push((partition, v)),
-                _ => out.push((topic, vec![(partition, v)])),
+                Some((t, ps)) if *t == topic => ps.push((partition, v, code)),
+                _ => out.push((topic, vec![(partition, v, code)])),
             }
         }
         Ok(out)
@@ -910,7 +1057,7 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
             let topics = g
                 .topics
                 .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
-            let found = committed(access, g.group_id.0.to_string(), wanted(topics)).await;
+            let found = committed(access, g.group_id.0.to_string(), wanted(topics), r.require_stable).await;
             let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
             let found = match found {
                 Some(Ok(found)) => found,
@@ -928,13 +1075,14 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
                 .map(|(topic, partitions)| {
                     let partitions = partitions
                         .into_iter()
-                        .map(|(p, v)| {
+                        .map(|(p, v, code)| {
                             let (offset, epoch, metadata) = committed_fields(v);
                             OffsetFetchResponsePartitions::default()
                                 .with_partition_index(p)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(Some(s(&metadata)))
+                                .with_error_code(code)
                         })
                         .collect();
                     OffsetFetchResponseTopics::default()
@@ -950,7 +1098,7 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
         .topics
         .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
     let asked: Vec<(String, Vec<i32>)> = wanted(topics.clone()).unwrap_or_default();
-    let found = committed(access, r.group_id.0.to_string(), wanted(topics)).await;
+    let found = committed(access, r.group_id.0.to_string(), wanted(topics), r.require_stable).await;
     // v1 has no top-level error: a group's error is said per partition.
     let group_error = match found {
         Some(Ok(found)) => Ok(found),
@@ -962,7 +1110,7 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
         Err(code) if version < 2 => (
             asked
                 .into_iter()
-                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None, NONE)).collect()))
                 .collect(),
             code,
         ),
@@ -973,14 +1121,14 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
         .map(|(topic, partitions)| {
             let partitions = partitions
                 .into_iter()
-                .map(|(p, v)| {
+                .map(|(p, v, code)| {
                     let (offset, epoch, metadata) = committed_fields(v);
                     OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
                         .with_committed_offset(offset)
                         .with_committed_leader_epoch(epoch)
                         .with_metadata(Some(s(&metadata)))
-                        .with_error_code(partition_error)
+                        .with_error_code(if code == NONE { partition_error } else { code })
                 })
                 .collect();
             OffsetFetchResponseTopic::default()

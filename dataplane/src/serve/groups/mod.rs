@@ -26,6 +26,9 @@
 //! ([`store`]). Static membership (`group.instance.id`) is not implemented:
 //! such members are treated as dynamic ones.
 //!
+//! Offsets committed in a transaction (TxnOffsetCommit) wait for its end
+//! ([`txn_offsets`]).
+//!
 //! **Share groups** (KIP-932) are held for their start offsets only, as
 //! Kafka's admin API sees them (AlterShareGroupOffsets,
 //! DescribeShareGroupOffsets, DeleteShareGroupOffsets, ShareGroupDescribe,
@@ -42,6 +45,7 @@
 pub mod api;
 pub mod share_store;
 pub mod store;
+pub mod txn_offsets;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -497,6 +501,8 @@ pub struct GroupCoordinator {
     /// Notified when a deadline may have moved earlier, so the timer task
     /// ([`api::run_timers`]) recomputes its sleep.
     deadlines_changed: Event,
+    /// Offsets of open transactions ([`txn_offsets`]).
+    txn_offsets: txn_offsets::PendingTxnOffsets,
 }
 
 fn ms(v: i32) -> Duration {
@@ -530,6 +536,7 @@ impl GroupCoordinator {
             shares,
             member_seq: 0,
             deadlines_changed: Event::new(),
+            txn_offsets: txn_offsets::PendingTxnOffsets::new(),
         })
     }
 
@@ -880,6 +887,53 @@ impl GroupCoordinator {
             self.forget_if_unused(group_id);
         }
         codes
+    }
+
+    /// Failover, before a partition becomes writable: a committed offset or
+    /// share-group start offset past `log_end` — synced from a source that
+    /// had records this mirror never received — is moved back to
+    /// `log_end` (leader epoch unknown, metadata kept), flushed before this
+    /// returns. Left as it was, a consumer resuming after failover would
+    /// skip whatever producers write here between `log_end` and that
+    /// offset. Idempotent. Returns how many offsets were moved.
+    pub fn clamp_offsets_to_log_end(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        log_end: i64,
+        now_ms: i64,
+    ) -> store::StoreResult<usize> {
+        let tp = (topic.to_owned(), partition);
+        let committed: Vec<(String, CommittedOffset)> = self
+            .store
+            .groups()
+            .filter_map(|group| {
+                let v = self.store.offsets(group)?.get(&tp)?;
+                (v.offset > log_end).then(|| {
+                    let clamped = CommittedOffset {
+                        offset: log_end,
+                        leader_epoch: share_store::NO_LEADER_EPOCH,
+                        metadata: v.metadata.clone(),
+                        commit_timestamp: now_ms,
+                    };
+                    (group.clone(), clamped)
+                })
+            })
+            .collect();
+        let share_groups: Vec<String> = self
+            .shares
+            .groups()
+            .filter(|(_, g)| g.offsets.get(&tp).is_some_and(|v| v.start_offset > log_end))
+            .map(|(group, _)| group.clone())
+            .collect();
+        let moved = committed.len() + share_groups.len();
+        for (group, clamped) in committed {
+            self.store.commit(&group, vec![(tp.clone(), clamped)])?;
+        }
+        for group in share_groups {
+            self.shares.alter(&group, vec![(tp.clone(), log_end)], now_ms)?;
+        }
+        Ok(moved)
     }
 
     /// Committed offsets of `group_id`: of the given partitions (`None` for

@@ -322,6 +322,54 @@ fn offsets_persist_and_deletion_is_for_empty_groups_only() {
 }
 
 #[test]
+fn offsets_past_the_log_end_are_moved_back_to_it_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let tp = |p: i32| ("orders".to_string(), p);
+    {
+        let mut c = coordinator(dir.path());
+        assert_eq!(
+            c.commit(
+                "ahead",
+                -1,
+                "",
+                vec![(tp(0), offset(1_000)), (tp(1), offset(2_000))],
+                t0
+            ),
+            [NONE, NONE]
+        );
+        assert_eq!(c.commit("behind", -1, "", vec![(tp(0), offset(40))], t0), [NONE]);
+        assert_eq!(c.commit("at-end", -1, "", vec![(tp(0), offset(50))], t0), [NONE]);
+        assert_eq!(c.alter_share_offsets("share-ahead", vec![(tp(0), 70)], 1), Ok(()));
+        assert_eq!(c.alter_share_offsets("share-behind", vec![(tp(0), 30)], 1), Ok(()));
+
+        assert_eq!(c.clamp_offsets_to_log_end("orders", 0, 50, 9).unwrap(), 2);
+        assert_eq!(
+            c.clamp_offsets_to_log_end("orders", 0, 50, 10).unwrap(),
+            0,
+            "idempotent"
+        );
+    }
+    // As stored: read back after a reopen.
+    let c = coordinator(dir.path());
+    let clamped = CommittedOffset {
+        offset: 50,
+        leader_epoch: -1,
+        metadata: "meta".into(),
+        commit_timestamp: 9,
+    };
+    assert_eq!(
+        c.committed("ahead", None),
+        [(tp(0), Some(clamped)), (tp(1), Some(offset(2_000)))],
+        "only the ended partition moves"
+    );
+    assert_eq!(c.committed("behind", None), [(tp(0), Some(offset(40)))]);
+    assert_eq!(c.committed("at-end", None), [(tp(0), Some(offset(50)))]);
+    assert_eq!(starts(c.share_offsets("share-ahead", None)), [(tp(0), Some(50))]);
+    assert_eq!(starts(c.share_offsets("share-behind", None)), [(tp(0), Some(30))]);
+}
+
+#[test]
 fn group_placement_is_stable() {
     assert_eq!(group_shard("g", 1), 0);
     assert_eq!(group_shard("orders-consumers", 4), group_shard("orders-consumers", 4));
@@ -617,4 +665,54 @@ fn a_group_id_longer_than_a_kafka_string_is_refused_and_the_longest_one_kept() {
     let c = coordinator(dir.path());
     assert_eq!(c.committed(&longest, None), [(tp.clone(), Some(offset(7)))]);
     assert!(c.committed(&too_long, None).is_empty());
+}
+
+#[test]
+fn transactional_offsets_wait_for_their_transaction_and_follow_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let tp = ("t".to_string(), 0);
+    assert_eq!(c.txn_commit("g", 7, -1, "", vec![(tp.clone(), offset(5))]), [NONE]);
+    assert_eq!(c.txn_commit("g", 8, -1, "", vec![(tp.clone(), offset(9))]), [NONE]);
+    assert!(c.has_pending_txn_offset("g", &tp));
+    assert_eq!(
+        c.committed("g", Some(std::slice::from_ref(&tp)))[0].1,
+        None,
+        "pending, not committed"
+    );
+    // Producer 8 aborts: its offset is dropped, 7's still pending.
+    assert!(c.complete_txn_offsets(8, false));
+    assert!(c.has_pending_txn_offset("g", &tp));
+    assert!(c.complete_txn_offsets(7, true));
+    assert!(!c.has_pending_txn_offset("g", &tp));
+    assert_eq!(
+        c.committed("g", Some(std::slice::from_ref(&tp)))[0]
+            .1
+            .as_ref()
+            .map(|v| v.offset),
+        Some(5)
+    );
+    // Persisted as any commit; the group is listed.
+    drop(c);
+    let c = coordinator(dir.path());
+    assert_eq!(c.committed("g", Some(&[tp]))[0].1.as_ref().map(|v| v.offset), Some(5));
+    assert!(c.list().iter().any(|g| g.group_id == "g"));
+}
+
+#[test]
+fn a_transactional_commit_names_a_member_and_generation_the_group_knows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let now = Instant::now();
+    let member = stable_single(&mut c, now);
+    let tp = ("t".to_string(), 0);
+    assert_eq!(
+        c.txn_commit("g", 1, 1, "stranger", vec![(tp.clone(), offset(1))]),
+        [UNKNOWN_MEMBER_ID]
+    );
+    assert_eq!(
+        c.txn_commit("g", 1, 99, &member, vec![(tp.clone(), offset(1))]),
+        [ILLEGAL_GENERATION]
+    );
+    assert_eq!(c.txn_commit("g", 1, 1, &member, vec![(tp, offset(1))]), [NONE]);
 }
