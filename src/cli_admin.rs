@@ -29,6 +29,7 @@ use ringmirror_control::admin::{
 };
 use ringmirror_control::mirror::MirrorConfig;
 use ringmirror_dataplane::serve::acls::{AclOperation, AclPermissionType, PatternType};
+use ringmirror_storage::clock::now_ms;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
@@ -1067,12 +1068,6 @@ fn path_segment(s: &str) -> String {
             }
         })
         .collect()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` (days to a civil date by Howard Hinnant's

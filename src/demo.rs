@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -42,6 +42,7 @@ use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 use crate::agent::{Agent, EventObserver};
 use crate::config::AgentConfig;
+use ringmirror_storage::clock::now_ms;
 
 /// The mirror's name in the mirror agent's configuration.
 const MIRROR_NAME: &str = "demo";
@@ -156,12 +157,6 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?}: the demo needs at least 1MiB"));
     }
     Ok(bytes)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn mib(bytes: u64) -> String {

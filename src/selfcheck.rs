@@ -14,10 +14,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
 use ringmirror_storage::batch::{BatchBuilder, BatchIter, BuildRecord, ControlType, RecordBatch};
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 
 const TOPIC: &str = "selfcheck";
@@ -25,12 +26,6 @@ const TOPIC_ID: [u8; 16] = *b"ringmirror-self!";
 /// Batches between acknowledged flushes in the writer.
 const FLUSH_EVERY_BATCHES: u64 = 64;
 const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 fn config() -> LogConfig {
     LogConfig {

@@ -7,7 +7,7 @@
 //! COMMIT/ABORT batches), so on the mirror both stay open on both
 //! partitions until mirroring ends. The agent mirrors everything, is asked
 //! to stop the mirror with `RINGMIRROR_CRASH_AT=<point>` set, and must
-//! SIGKILL itself at that point (`dataplane/src/failpoint.rs`); the segment
+//! SIGKILL itself at that point (`storage/src/failpoint.rs`); the segment
 //! files then show that it died where the point says. Restarted without the
 //! variable, it must finish the stop: every partition STOPPED, and on disk,
 //! after the mirrored batches (byte for byte the source's), exactly one

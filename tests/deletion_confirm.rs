@@ -296,7 +296,7 @@ fn stopped_only_after_the_window(recreate: bool) {
     let mut max_round = 0;
     let stopped_at = common::wait_until(DEADLINE, "doomed stopping", || {
         let state = state(&b, doomed);
-        let now = common::now_ms();
+        let now = ringmirror_storage::clock::now_ms();
         if state == "STOPPING" || state == "STOPPED" {
             return Ok(now);
         }

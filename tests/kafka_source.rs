@@ -978,7 +978,7 @@ fn a_topic_deleted_at_kafka_is_stopped_after_the_confirmation_window_with_its_da
     let mut brokers = 0;
     let stopped_at = common::wait_until(DEADLINE, "doomed stopping", || {
         let state = common::partition_state(&agent, "dr", "doomed", 0);
-        let now = common::now_ms();
+        let now = ringmirror_storage::clock::now_ms();
         if state == "STOPPING" || state == "STOPPED" {
             return Ok(now);
         }

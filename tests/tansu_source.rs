@@ -407,7 +407,7 @@ fn tansu_as_a_source_mirrors_data_and_syncs_what_it_supports() {
     delete_topic(&addr, TRADES);
     let mut pending = None;
     let acted_at = common::wait_until(DEADLINE, "trades stopping", || {
-        let now = common::now_ms();
+        let now = ringmirror_storage::clock::now_ms();
         let views = views_of(&agent, TRADES);
         if views.values().any(|v| v.state == "STOPPING" || v.state == "STOPPED") {
             return Ok(now);

@@ -20,6 +20,8 @@
 //! The failover data path itself is the data plane's (`EndMirroring` on a
 //! shard, on top of `PartitionLog::end_mirroring`).
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod coordinator;
 #[cfg(test)]

@@ -1,20 +1,21 @@
-//! ringmirror's data plane: the hot path from source bytes to the local log.
+//! ringmirror's data plane on glommio: the hot path from a source's
+//! sockets to the local log, and from the log to clients.
 //!
-//! * [`batch`] reads, validates and builds Kafka v2 record batches without
-//!   copying them.
-//! * [`log`] is the partition log in Kafka's on-disk format: segments,
-//!   indexes, leader-epoch cache, producer and transaction state, recovery.
-//! * [`serve`] is the Kafka-protocol listener clients read the logs through.
+//! * [`client`] is our Kafka client to sources (and to our own listener):
+//!   connections, ApiVersions, ListOffsets, OffsetForLeaderEpoch, SASL.
+//! * [`fetch`] is the fetchers: one supervisor per shard and mirror, Fetch
+//!   sessions, divergence and truncation, appends to the log.
+//! * [`shard`] runs a shard: its pinned executor, registry, listener and
+//!   periodic jobs.
+//! * [`serve`] is the Kafka-protocol listener clients read the logs
+//!   through, with groups, ACLs and local writable topics.
 //! * [`transactions`] is the transaction coordinator's core (Kafka's
 //!   transactions for the writable topics).
-//! * [`sasl`] is SASL authentication (PLAIN, SCRAM), ours to sources and
-//!   our listener's; [`transport`] is a TCP stream in clear or under TLS.
-//! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot abort.
-//! * [`limits`] bounds the strings from the network that we write again.
-//! * [`failpoint`] kills the process at named points, for crash tests.
+//! * [`transport`] is a TCP stream in clear or under TLS.
 //!
-//! This crate never imports the control plane; the control plane drives it
-//! through the types exported here.
+//! Batches and the log are `ringmirror_storage`'s, wire code
+//! `ringmirror_protocol`'s. This crate never imports the control plane;
+//! the control plane drives it through the types exported here.
 
 pub mod client;
 pub mod fetch;

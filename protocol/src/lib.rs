@@ -12,8 +12,13 @@
 //!   messages, for our client and our listener.
 //! * [`lazy_alloc`] maps huge allocations lazily, so lying lengths cannot
 //!   abort a process that decodes with `kafka-protocol`.
+//!
+//! Safe code only, but for the allocator in [`lazy_alloc`].
+
+#![deny(unsafe_code)]
 
 pub mod error_codes;
+#[allow(unsafe_code)]
 pub mod lazy_alloc;
 pub mod request;
 pub mod sasl;

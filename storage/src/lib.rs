@@ -6,6 +6,7 @@
 //!   indexes, leader-epoch cache, producer and transaction state, recovery.
 //! * [`topic_config`] is the Kafka topic configs a local topic may set, and
 //!   their text form beside the log.
+//! * [`clock`] is the wall clock in milliseconds, Kafka's unit.
 //! * [`limits`] bounds the strings from the network that we write again.
 //! * [`failpoint`] kills the process at named points, for crash tests.
 //!
@@ -13,6 +14,7 @@
 //! only bytes validated here become log data.
 
 pub mod batch;
+pub mod clock;
 pub mod failpoint;
 pub mod limits;
 pub mod log;

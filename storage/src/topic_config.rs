@@ -4,10 +4,14 @@
 //! and their text form in a local partition's marker file, which keeps
 //! them across restarts (one `name=value` line each).
 //!
-//! This module only checks and encodes: it never decides what a setting
-//! does (the shard's cleaner and retention read them from the catalog).
+//! It also maps Kafka's names to the log's settings and back: the
+//! cleaner's and retention's settings for a topic (its overrides win over
+//! the log's), and the log's settings under Kafka's names for
+//! DescribeConfigs. What a setting does is the log's and the shard's.
 
 use std::collections::BTreeMap;
+
+use crate::log::{CleanOptions, CleanupPolicy, LogConfig};
 
 /// Topic config overrides by name.
 pub type TopicConfigMap = BTreeMap<String, String>;
@@ -166,9 +170,133 @@ pub fn decode(text: &str) -> TopicConfigMap {
         .collect()
 }
 
+/// How the cleaner treats a partition of a topic with these settings:
+/// `None` unless it is compacted (`cleanup.policy` `compact` or
+/// `compact,delete`). The topic's overrides, by Kafka name, win over the
+/// log's settings.
+pub fn clean_options(config: &LogConfig, overrides: Option<&TopicConfigMap>) -> Option<CleanOptions> {
+    let get = |name: &str| overrides.and_then(|o| o.get(name));
+    let compact = match get("cleanup.policy") {
+        Some(policy) => policy.split(',').any(|p| p.trim() == "compact"),
+        None => config.cleanup_policy == CleanupPolicy::Compact,
+    };
+    if !compact {
+        return None;
+    }
+    let mut options = CleanOptions::from_config(config);
+    if let Some(ms) = get("delete.retention.ms").and_then(|v| v.parse().ok()) {
+        options.delete_retention_ms = ms;
+    }
+    if let Some(ratio) = get("min.cleanable.dirty.ratio").and_then(|v| v.parse().ok()) {
+        options.min_cleanable_ratio = Some(ratio);
+    }
+    Some(options)
+}
+
+/// Retention's limits for a partition of a topic with these settings, as
+/// (`retention.ms`, `retention.bytes`), `None` for no limit: `None` as a
+/// whole unless the cleanup policy deletes and one limit is set. The
+/// topic's overrides, by Kafka name, win over the log's settings.
+pub fn retention_limits(config: &LogConfig, overrides: Option<&TopicConfigMap>) -> Option<(Option<u64>, Option<u64>)> {
+    let get = |name: &str| overrides.and_then(|o| o.get(name));
+    let deletes = match get("cleanup.policy") {
+        Some(policy) => policy.split(',').any(|p| p.trim() == "delete"),
+        None => config.cleanup_policy == CleanupPolicy::Delete,
+    };
+    if !deletes {
+        return None;
+    }
+    // -1 is Kafka's "no limit".
+    let limit = |name: &str, default: Option<u64>| match get(name).map(|v| v.parse::<i64>()) {
+        Some(Ok(v)) => u64::try_from(v).ok(),
+        _ => default,
+    };
+    let retention_ms = limit("retention.ms", config.retention_ms);
+    let retention_bytes = limit("retention.bytes", config.retention_bytes);
+    if retention_ms.is_none() && retention_bytes.is_none() {
+        return None;
+    }
+    Some((retention_ms, retention_bytes))
+}
+
+/// The log's settings under Kafka's topic config names, each with whether
+/// it differs from the built-in default.
+pub fn log_settings(c: &LogConfig) -> Vec<(&'static str, String, bool)> {
+    let d = LogConfig::default();
+    vec![
+        (
+            "cleanup.policy",
+            match c.cleanup_policy {
+                CleanupPolicy::Delete => "delete",
+                CleanupPolicy::Compact => "compact",
+            }
+            .to_string(),
+            c.cleanup_policy != d.cleanup_policy,
+        ),
+        (
+            "delete.retention.ms",
+            c.delete_retention_ms.to_string(),
+            c.delete_retention_ms != d.delete_retention_ms,
+        ),
+        (
+            "segment.bytes",
+            c.segment_bytes.to_string(),
+            c.segment_bytes != d.segment_bytes,
+        ),
+        ("segment.ms", c.segment_ms.to_string(), c.segment_ms != d.segment_ms),
+        (
+            "segment.index.bytes",
+            c.segment_index_bytes.to_string(),
+            c.segment_index_bytes != d.segment_index_bytes,
+        ),
+        (
+            "index.interval.bytes",
+            c.index_interval_bytes.to_string(),
+            c.index_interval_bytes != d.index_interval_bytes,
+        ),
+        (
+            "flush.messages",
+            c.flush_messages.to_string(),
+            c.flush_messages != d.flush_messages,
+        ),
+        ("flush.ms", c.flush_ms.to_string(), c.flush_ms != d.flush_ms),
+        (
+            "max.message.bytes",
+            c.max_batch_bytes.to_string(),
+            c.max_batch_bytes != d.max_batch_bytes,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_overrides_win_over_the_log_settings() {
+        let compact = LogConfig {
+            cleanup_policy: CleanupPolicy::Compact,
+            ..LogConfig::default()
+        };
+        let overrides = |pairs: &[(&str, &str)]| -> TopicConfigMap {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(clean_options(&LogConfig::default(), None).is_none());
+        let options = clean_options(&compact, None).unwrap();
+        assert_eq!(options.delete_retention_ms, 86_400_000);
+        assert_eq!(options.min_cleanable_ratio, Some(0.5));
+        let synced = overrides(&[
+            ("cleanup.policy", "compact, delete"),
+            ("delete.retention.ms", "1000"),
+            ("min.cleanable.dirty.ratio", "0.1"),
+        ]);
+        let options = clean_options(&LogConfig::default(), Some(&synced)).unwrap();
+        assert_eq!(
+            (options.delete_retention_ms, options.min_cleanable_ratio),
+            (1000, Some(0.1))
+        );
+        assert!(clean_options(&compact, Some(&overrides(&[("cleanup.policy", "delete")]))).is_none());
+    }
 
     /// Kafka 4.3.1's answers (`LogConfig.validate` on the same values).
     #[test]

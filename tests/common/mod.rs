@@ -1402,14 +1402,6 @@ pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::serve::acls::AclBinding>
     bindings
 }
 
-/// Wall-clock milliseconds since the epoch (as the agent stamps `since_ms`).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64
-}
-
 /// The topic id (UUID string) the broker at `addr` gives `topic` (Metadata v12).
 pub fn topic_id(addr: &str, topic: &str, deadline: Duration) -> String {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;

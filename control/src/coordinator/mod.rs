@@ -43,6 +43,7 @@ use crate::metadata_sync::groups::{GroupFilter, GroupSyncReport};
 use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
+use ringmirror_storage::clock::now_ms;
 
 mod connections;
 mod events;
@@ -266,12 +267,6 @@ struct Core {
     catalog: Arc<CatalogHandle>,
     reports_dirty: bool,
     event_counts: ShardEventCounts,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn internal(e: impl std::fmt::Display) -> AdminError {

@@ -34,7 +34,8 @@ use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::MirrorPartition;
 use super::stats::FetchStats;
-use super::supervisor::{LiveSettings, now_ms};
+use super::supervisor::LiveSettings;
+use ringmirror_storage::clock::now_ms;
 
 /// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
 const FETCH_VERSION_MIN: i16 = 4;

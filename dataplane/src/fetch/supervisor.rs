@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use event_listener::Event;
 
@@ -23,6 +23,7 @@ use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
 use super::stats::FetchStats;
+use ringmirror_storage::clock::now_ms;
 
 /// The event for a partition whose mirroring just ended at `leader_epoch`;
 /// `mirrored_epoch` is the destination epoch it had while mirroring.
@@ -62,12 +63,6 @@ const STATS_INTERVAL_MS: u64 = 1000;
 
 /// How often an idle supervisor looks for commands and returned partitions.
 const IDLE_POLL_MS: u64 = 20;
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// One mirror's settings as the data plane needs them.
 #[derive(Debug, Clone)]

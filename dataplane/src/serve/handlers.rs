@@ -655,62 +655,17 @@ fn describe_cluster(catalog: &Arc<Catalog>, _request: &DescribeClusterRequest) -
 /// settings are its overrides in the catalog ([`with_overrides`]), so a
 /// peer syncing configs from us takes exactly those.
 fn topic_configs(_p: &ServedPartition, log: &PartitionLog, _: &()) -> Vec<(&'static str, String, i8)> {
-    let c = log.config();
-    let d = ringmirror_storage::log::LogConfig::default();
-    let source = |differs: bool| {
-        if differs {
-            SOURCE_STATIC_BROKER_CONFIG
-        } else {
-            SOURCE_DEFAULT_CONFIG
-        }
-    };
-    vec![
-        (
-            "cleanup.policy",
-            match c.cleanup_policy {
-                ringmirror_storage::log::CleanupPolicy::Delete => "delete",
-                ringmirror_storage::log::CleanupPolicy::Compact => "compact",
-            }
-            .to_string(),
-            source(c.cleanup_policy != d.cleanup_policy),
-        ),
-        (
-            "delete.retention.ms",
-            c.delete_retention_ms.to_string(),
-            source(c.delete_retention_ms != d.delete_retention_ms),
-        ),
-        (
-            "segment.bytes",
-            c.segment_bytes.to_string(),
-            source(c.segment_bytes != d.segment_bytes),
-        ),
-        (
-            "segment.ms",
-            c.segment_ms.to_string(),
-            source(c.segment_ms != d.segment_ms),
-        ),
-        (
-            "segment.index.bytes",
-            c.segment_index_bytes.to_string(),
-            source(c.segment_index_bytes != d.segment_index_bytes),
-        ),
-        (
-            "index.interval.bytes",
-            c.index_interval_bytes.to_string(),
-            source(c.index_interval_bytes != d.index_interval_bytes),
-        ),
-        (
-            "flush.messages",
-            c.flush_messages.to_string(),
-            source(c.flush_messages != d.flush_messages),
-        ),
-        ("flush.ms", c.flush_ms.to_string(), source(c.flush_ms != d.flush_ms)),
-        (
-            "max.message.bytes",
-            c.max_batch_bytes.to_string(),
-            source(c.max_batch_bytes != d.max_batch_bytes),
-        ),
-    ]
+    ringmirror_storage::topic_config::log_settings(log.config())
+        .into_iter()
+        .map(|(name, value, differs)| {
+            let source = if differs {
+                SOURCE_STATIC_BROKER_CONFIG
+            } else {
+                SOURCE_DEFAULT_CONFIG
+            };
+            (name, value, source)
+        })
+        .collect()
 }
 
 /// A topic's configs as DescribeConfigs answers them: its overrides from

@@ -24,8 +24,9 @@ use super::catalog::CatalogHandle;
 use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
 use super::transactions::ShardTransactions;
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
-use ringmirror_storage::topic_config::TopicConfigMap;
+use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
 
@@ -90,7 +91,7 @@ pub struct Registry {
 
 /// A file in a partition directory saying the topic is local (created at
 /// this agent, writable) rather than mirrored data. It holds the configs
-/// the topic was created with (see [`ringmirror_storage::topic_config::encode`]); it is
+/// the topic was created with (see [`topic_config::encode`]); it is
 /// empty for a topic that became local by failover (the control plane
 /// keeps those configs, synced from the source).
 pub const LOCAL_TOPIC_MARKER: &str = "ringmirror-local-topic";
@@ -134,7 +135,7 @@ pub fn is_local_partition(log_dir: &LogDir, tp: &TopicPartition) -> bool {
 /// (empty for a topic that became local by failover, or none was given).
 pub fn local_topic_configs(log_dir: &LogDir, tp: &TopicPartition) -> std::io::Result<TopicConfigMap> {
     let text = std::fs::read_to_string(log_dir.partition_dir(tp).join(LOCAL_TOPIC_MARKER))?;
-    Ok(ringmirror_storage::topic_config::decode(&text))
+    Ok(topic_config::decode(&text))
 }
 
 impl Registry {
@@ -262,7 +263,7 @@ impl Registry {
         write_marker(
             &self.log_dir.partition_dir(tp),
             LOCAL_TOPIC_MARKER,
-            &ringmirror_storage::topic_config::encode(configs),
+            &topic_config::encode(configs),
         )?;
         self.register(tp.clone(), ServedPartition::new(log, None));
         Ok(())
@@ -396,12 +397,6 @@ fn close_log(partition: Rc<ServedPartition>) -> ClosedOffsets {
     Ok(offsets)
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// A job for the owning shard; it returns false when a log it needs was
 /// busy, and then runs again shortly.
 pub type ShardJob = Box<dyn FnMut(&Registry) -> bool + Send>;
@@ -526,25 +521,11 @@ impl Registry {
             let Ok(mut log) = partition.log.try_borrow_mut() else {
                 continue;
             };
-            let overrides = catalog.topic_configs(&tp.topic);
-            let get = |name: &str| overrides.and_then(|o| o.get(name));
-            let deletes = match get("cleanup.policy") {
-                Some(policy) => policy.split(',').any(|p| p.trim() == "delete"),
-                None => log.config().cleanup_policy == ringmirror_storage::log::CleanupPolicy::Delete,
-            };
-            if !deletes {
+            let Some((retention_ms, retention_bytes)) =
+                topic_config::retention_limits(log.config(), catalog.topic_configs(&tp.topic))
+            else {
                 continue;
-            }
-            // -1 is Kafka's "no limit".
-            let limit = |name: &str, default: Option<u64>| match get(name).map(|v| v.parse::<i64>()) {
-                Some(Ok(v)) => u64::try_from(v).ok(),
-                _ => default,
             };
-            let retention_ms = limit("retention.ms", log.config().retention_ms);
-            let retention_bytes = limit("retention.bytes", log.config().retention_bytes);
-            if retention_ms.is_none() && retention_bytes.is_none() {
-                continue;
-            }
             if let Err(e) = log.apply_retention(retention_ms, retention_bytes, now_ms()) {
                 tracing::warn!(shard = self.shard, partition = %tp, error = %e, "retention failed");
             }
@@ -566,7 +547,7 @@ impl Registry {
             .filter(|(_, p)| p.mirror.is_none())
             .filter_map(|(tp, p)| {
                 let log = p.log.try_borrow().ok()?;
-                let options = clean_options(log.config(), catalog.topic_configs(&tp.topic))?;
+                let options = topic_config::clean_options(log.config(), catalog.topic_configs(&tp.topic))?;
                 Some((tp.clone(), Rc::clone(p), options))
             })
             .collect();
@@ -591,32 +572,6 @@ impl Registry {
         }
         None
     }
-}
-
-/// How the cleaner treats a partition of a topic with these settings:
-/// `None` unless it is compacted (`cleanup.policy` `compact` or
-/// `compact,delete`). The topic's overrides, by Kafka name, win over the
-/// log's settings.
-fn clean_options(
-    config: &LogConfig,
-    overrides: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<ringmirror_storage::log::CleanOptions> {
-    let get = |name: &str| overrides.and_then(|o| o.get(name));
-    let compact = match get("cleanup.policy") {
-        Some(policy) => policy.split(',').any(|p| p.trim() == "compact"),
-        None => config.cleanup_policy == ringmirror_storage::log::CleanupPolicy::Compact,
-    };
-    if !compact {
-        return None;
-    }
-    let mut options = ringmirror_storage::log::CleanOptions::from_config(config);
-    if let Some(ms) = get("delete.retention.ms").and_then(|v| v.parse().ok()) {
-        options.delete_retention_ms = ms;
-    }
-    if let Some(ratio) = get("min.cleanable.dirty.ratio").and_then(|v| v.parse().ok()) {
-        options.min_cleanable_ratio = Some(ratio);
-    }
-    Some(options)
 }
 
 /// A question about one partition, answered on its owning shard.
@@ -680,38 +635,5 @@ impl ShardAccess {
             }
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod clean_options_tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    #[test]
-    fn topic_overrides_win_over_the_log_settings() {
-        let compact = LogConfig {
-            cleanup_policy: ringmirror_storage::log::CleanupPolicy::Compact,
-            ..LogConfig::default()
-        };
-        let overrides = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-        };
-        assert!(clean_options(&LogConfig::default(), None).is_none());
-        let options = clean_options(&compact, None).unwrap();
-        assert_eq!(options.delete_retention_ms, 86_400_000);
-        assert_eq!(options.min_cleanable_ratio, Some(0.5));
-        let synced = overrides(&[
-            ("cleanup.policy", "compact, delete"),
-            ("delete.retention.ms", "1000"),
-            ("min.cleanable.dirty.ratio", "0.1"),
-        ]);
-        let options = clean_options(&LogConfig::default(), Some(&synced)).unwrap();
-        assert_eq!(
-            (options.delete_retention_ms, options.min_cleanable_ratio),
-            (1000, Some(0.1))
-        );
-        assert!(clean_options(&compact, Some(&overrides(&[("cleanup.policy", "delete")]))).is_none());
     }
 }

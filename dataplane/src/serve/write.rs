@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -36,17 +35,12 @@ use crate::fetch::shard_for;
 use crate::shard::UNCLAIMED_MIRROR;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::batch::RecordBatch;
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 /// Names reserved for the agent's own state.
 const RESERVED_PREFIX: &str = "__ringmirror";
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The Kafka error code for a refused batch.
 fn produce_error_code(e: &ProduceError) -> i16 {

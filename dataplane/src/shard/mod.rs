@@ -25,6 +25,7 @@ use crate::serve::{
     AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
     ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
 };
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 
 /// What one shard starts with.
@@ -192,12 +193,6 @@ impl ShardHandle {
             .join()
             .map_err(|e| format!("shard {} panicked or failed: {e}", self.index))?
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Starts a shard's executor thread.

@@ -31,6 +31,7 @@ use super::config::LogConfig;
 use super::error::{LogError, Result};
 use super::files::fsync_dir;
 use super::partition_log::{OpenOptions, PartitionLog};
+use crate::clock::now_ms;
 
 /// Records per batch when rewriting the log.
 const COMPACTION_BATCH_RECORDS: usize = 1000;
@@ -89,13 +90,6 @@ fn log_config() -> LogConfig {
         prefault_bytes: 0,
         ..LogConfig::default()
     }
-}
-
-/// Wall-clock time for the partition log's flush and roll bookkeeping.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn record_bytes(key: &[u8], value: &[u8]) -> u64 {

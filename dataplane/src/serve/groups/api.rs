@@ -59,6 +59,7 @@ use crate::serve::listener::ClientConnection;
 use crate::serve::registry::{Registry, ServedPartition, ShardAccess};
 use ringmirror_protocol::request::{GroupRequest, ServedApi};
 use ringmirror_protocol::wire::share_group_offsets;
+use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 /// FindCoordinator key types.
@@ -813,15 +814,9 @@ async fn leave_group(access: &ShardAccess, version: i16, r: LeaveGroupRequest) -
     LeaveGroupResponse::default().with_members(members)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 async fn offset_commit(access: &ShardAccess, catalog: &Catalog, r: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = r.group_id.0.to_string();
-    let timestamp = now_ms();
+    let timestamp = now_ms() as i64;
     // A code per partition: decided here for partitions we do not serve,
     // by the coordinator for the rest (in order).
     let mut codes: Vec<Vec<Option<i16>>> = Vec::with_capacity(r.topics.len());
@@ -913,7 +908,7 @@ async fn txn_offset_commit(
     } else {
         None
     };
-    let timestamp = now_ms();
+    let timestamp = now_ms() as i64;
     let mut codes: Vec<Vec<Option<i16>>> = Vec::with_capacity(r.topics.len());
     let mut offsets = Vec::new();
     for t in &r.topics {
@@ -1427,7 +1422,7 @@ async fn alter_share_group_offsets(
                 .with_partitions(partitions),
         );
     }
-    let now = now_ms();
+    let now = now_ms() as i64;
     let id = group.clone();
     let result = on_coordinator(access, &group, move |c, _| c.alter_share_offsets(&id, offsets, now))
         .await

@@ -676,7 +676,7 @@ fn transactional_offsets_wait_for_their_transaction_and_follow_its_end() {
     assert_eq!(c.txn_commit("g", 8, -1, "", vec![(tp.clone(), offset(9))]), [NONE]);
     assert!(c.has_pending_txn_offset("g", &tp));
     assert_eq!(
-        c.committed("g", Some(&[tp.clone()]))[0].1,
+        c.committed("g", Some(std::slice::from_ref(&tp)))[0].1,
         None,
         "pending, not committed"
     );
@@ -686,7 +686,10 @@ fn transactional_offsets_wait_for_their_transaction_and_follow_its_end() {
     assert!(c.complete_txn_offsets(7, true));
     assert!(!c.has_pending_txn_offset("g", &tp));
     assert_eq!(
-        c.committed("g", Some(&[tp.clone()]))[0].1.as_ref().map(|v| v.offset),
+        c.committed("g", Some(std::slice::from_ref(&tp)))[0]
+            .1
+            .as_ref()
+            .map(|v| v.offset),
         Some(5)
     );
     // Persisted as any commit; the group is listed.
