@@ -14,8 +14,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use proptest::prelude::*;
-use ringmirror_dataplane::batch::{BatchBuilder, BatchIter, BuildRecord};
-use ringmirror_dataplane::log::{
+use ringmirror_storage::batch::{BatchBuilder, BatchIter, BuildRecord};
+use ringmirror_storage::log::{
     BeginWrite, LogConfig, LogError, OpenOptions, PartitionLog, WRITES_IN_FLIGHT_MAX, WriteTarget,
 };
 

@@ -165,7 +165,7 @@ fn a_full_disk_when_an_index_crosses_a_page_is_an_error_and_loses_nothing() {
 fn a_full_disk_refuses_a_ring_write_before_it_is_written_and_loses_nothing() {
     use std::os::unix::fs::FileExt;
 
-    use ringmirror_dataplane::log::{BeginWrite, WriteTarget};
+    use ringmirror_storage::log::{BeginWrite, WriteTarget};
 
     const IN_FLIGHT: usize = 4;
     let big_batch = |base_offset: i64| {

@@ -25,11 +25,11 @@ use std::time::Duration;
 use event_listener::Event;
 use io_uring::{IoUring, opcode, squeue, types};
 
-use crate::log::{BeginWrite, LogError, PartitionLog, WriteTarget};
 use crate::serve::ServedPartition;
+use ringmirror_storage::log::{BeginWrite, LogError, PartitionLog, WriteTarget};
 
 use super::ingest::AlignedBuffer;
-use super::supervisor::now_ms;
+use ringmirror_storage::clock::now_ms;
 
 /// Writes in flight on one shard's ring, over all of its logs.
 const RING_WRITES_IN_FLIGHT_MAX: usize = 32;
@@ -344,8 +344,8 @@ mod tests {
     use glommio::{LocalExecutorBuilder, Placement};
 
     use super::*;
-    use crate::batch::{BatchBuilder, BatchIter, BuildRecord};
-    use crate::log::{LogConfig, OpenOptions};
+    use ringmirror_storage::batch::{BatchBuilder, BatchIter, BuildRecord};
+    use ringmirror_storage::log::{LogConfig, OpenOptions};
 
     /// `count` one-record batches from offset 0, each `value_bytes` large
     /// (above the pwrite threshold, so each goes through the ring).
