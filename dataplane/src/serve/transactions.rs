@@ -94,10 +94,10 @@ impl ProducerIdAllocator for AgentProducerIds {
     }
 }
 
+/// The agent's clock ([`ringmirror_storage::clock::now_ms`]) in the
+/// coordinator's signed unit, as Kafka's `Time.milliseconds()`.
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    i64::try_from(ringmirror_storage::clock::now_ms()).unwrap_or(i64::MAX)
 }
 
 fn s(v: &str) -> StrBytes {
