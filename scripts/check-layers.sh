@@ -41,7 +41,7 @@ forbid_dependencies ringmirror-dataplane ringmirror-control
 # Import cycles between a crate's top-level modules, as "<src dir>: <modules
 # of the cycle, sorted>" lines. Each is to be broken by a later step.
 KNOWN_CYCLES="
-dataplane/src: fetch serve shard transactions
+dataplane/src: fetch groups kafka partition shard transactions
 "
 
 python3 - "$KNOWN_CYCLES" <<'EOF' || failed=1

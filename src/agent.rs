@@ -14,9 +14,9 @@ use anyhow::{Context, bail};
 use ringmirror_dataplane::fetch::{
     ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue, shard_for,
 };
-use ringmirror_dataplane::serve::{
-    AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
-};
+use ringmirror_dataplane::kafka::ListenerSettings;
+use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::security::AclStore;
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};
 use ringmirror_storage::log::{LogDir, OffsetCheckpoints, TopicPartition};
@@ -194,7 +194,7 @@ fn cluster_id(data_dir: &std::path::Path, configured: Option<&str>) -> anyhow::R
     {
         return Ok(id.trim().to_owned());
     }
-    let id = ringmirror_dataplane::serve::catalog::random_cluster_id().context("generate a cluster id")?;
+    let id = ringmirror_dataplane::partition::catalog::random_cluster_id().context("generate a cluster id")?;
     std::fs::write(&path, format!("version=1\ncluster.id={id}\n"))
         .with_context(|| format!("write {}", path.display()))?;
     Ok(id)
@@ -243,7 +243,7 @@ fn listener_sasl(config: &ListenerConfig, settings: &mut ListenerSettings) -> an
         return Ok(None);
     }
     let users = config.sasl_users()?;
-    let own: [u8; 32] = ringmirror_dataplane::serve::catalog::random_bytes().context("random bytes")?;
+    let own: [u8; 32] = ringmirror_dataplane::partition::catalog::random_bytes().context("random bytes")?;
     let own = Secret::new(own.iter().map(|b| format!("{b:02x}")).collect::<String>());
     let count = users.len();
     let all = users

@@ -28,7 +28,7 @@ use ringmirror_control::admin::{
     VerifyBody, VerifyJob,
 };
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::serve::acls::{AclOperation, AclPermissionType, PatternType};
+use ringmirror_dataplane::security::acls::{AclOperation, AclPermissionType, PatternType};
 use ringmirror_storage::clock::now_ms;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;

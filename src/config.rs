@@ -112,7 +112,7 @@ pub struct ListenerConfig {
     /// "each_shard" (SO_REUSEPORT) or "one_acceptor" (shard 0 hands
     /// connections out in turn).
     #[serde(default)]
-    pub accept: ringmirror_dataplane::serve::AcceptMode,
+    pub accept: ringmirror_dataplane::kafka::AcceptMode,
     /// SASL mechanisms clients must authenticate with (PLAIN,
     /// SCRAM-SHA-256, SCRAM-SHA-512); empty (the default): no SASL.
     #[serde(default)]
@@ -126,7 +126,7 @@ pub struct ListenerConfig {
     /// "none" (the default: ACLs are stored and served, not enforced) or
     /// "acl" (enforced, Kafka's StandardAuthorizer semantics; needs SASL).
     #[serde(default)]
-    pub authorizer: ringmirror_dataplane::serve::AuthorizerMode,
+    pub authorizer: ringmirror_dataplane::security::AuthorizerMode,
     /// Principals (`User:name`) allowed everything (Kafka's `super.users`).
     /// The agent's own principal always is.
     #[serde(default)]
@@ -208,7 +208,7 @@ impl ListenerConfig {
     }
 
     /// The listener's TLS settings (`None`: in clear).
-    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::kafka::tls::ServerConfig>>> {
         server_tls("listener", &self.ssl_certificate_location, &self.ssl_key_location)
     }
 
@@ -224,7 +224,7 @@ impl ListenerConfig {
     }
 
     fn validate_authorizer(&self) -> anyhow::Result<()> {
-        use ringmirror_dataplane::serve::AuthorizerMode;
+        use ringmirror_dataplane::security::AuthorizerMode;
         if self.authorizer == AuthorizerMode::None {
             anyhow::ensure!(
                 self.super_users.is_empty() && !self.allow_everyone_if_no_acl_found,
@@ -247,8 +247,8 @@ impl ListenerConfig {
     }
 
     /// The authorizer's settings.
-    pub fn authorizer_settings(&self) -> ringmirror_dataplane::serve::AuthorizerSettings {
-        ringmirror_dataplane::serve::AuthorizerSettings {
+    pub fn authorizer_settings(&self) -> ringmirror_dataplane::security::AuthorizerSettings {
+        ringmirror_dataplane::security::AuthorizerSettings {
             mode: self.authorizer,
             super_users: self.super_users.clone(),
             allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
@@ -314,7 +314,7 @@ impl AdminConfig {
     }
 
     /// The API's TLS settings (`None`: plain HTTP).
-    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<ringmirror_dataplane::kafka::tls::ServerConfig>>> {
         server_tls("admin", &self.ssl_certificate_location, &self.ssl_key_location)
     }
 
@@ -340,10 +340,10 @@ fn server_tls(
     table: &str,
     certificate: &Option<PathBuf>,
     key: &Option<PathBuf>,
-) -> anyhow::Result<Option<Arc<ringmirror_dataplane::serve::tls::ServerConfig>>> {
+) -> anyhow::Result<Option<Arc<ringmirror_dataplane::kafka::tls::ServerConfig>>> {
     match (certificate, key) {
         (None, None) => Ok(None),
-        (Some(certificate), Some(key)) => ringmirror_dataplane::serve::tls::server_config(certificate, key)
+        (Some(certificate), Some(key)) => ringmirror_dataplane::kafka::tls::server_config(certificate, key)
             .map(Some)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("[{table}] ssl_certificate_location/ssl_key_location")),
@@ -362,11 +362,11 @@ fn default_mirror_topic_num_partitions() -> u32 {
 }
 
 fn default_connections_max_idle_ms() -> u64 {
-    ringmirror_dataplane::serve::CONNECTIONS_MAX_IDLE_DEFAULT.as_millis() as u64
+    ringmirror_dataplane::kafka::CONNECTIONS_MAX_IDLE_DEFAULT.as_millis() as u64
 }
 
 fn default_max_request_bytes() -> usize {
-    ringmirror_dataplane::serve::MAX_REQUEST_BYTES_DEFAULT
+    ringmirror_dataplane::kafka::MAX_REQUEST_BYTES_DEFAULT
 }
 fn default_true() -> bool {
     true
@@ -632,10 +632,10 @@ mod tests {
 
     #[test]
     fn listener_authorizer_settings() {
-        use ringmirror_dataplane::serve::AuthorizerMode;
+        use ringmirror_dataplane::security::AuthorizerMode;
         assert_eq!(
             format!("User:{AGENT_SASL_USER}"),
-            ringmirror_dataplane::serve::authorizer::AGENT_PRINCIPAL
+            ringmirror_dataplane::security::authorizer::AGENT_PRINCIPAL
         );
         let base = "data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"\n";
         let sasl = "sasl_mechanisms = [\"PLAIN\"]\n";

@@ -34,7 +34,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
 use ringmirror_protocol::sasl::Mechanism;

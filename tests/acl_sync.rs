@@ -32,7 +32,7 @@ use ringmirror_control::metadata_sync::acl_sync::{
     AclFilterSetting, AclIncludeRule, AclSyncReport, SOURCE_WITHOUT_DESCRIBE_ACLS, sync_acls,
 };
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType, codes,
 };
 

@@ -50,7 +50,7 @@ use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::AdminRequest;
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType, codes,
 };
 use serde_json::{Value, json};

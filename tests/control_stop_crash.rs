@@ -42,7 +42,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ringmirror::cli_admin::AdminClient;
 use ringmirror_control::admin::{AdminAnswer, PartitionView};
-use ringmirror_dataplane::serve::registry::{ENDING_MIRROR_MARKER, LOCAL_TOPIC_MARKER};
+use ringmirror_dataplane::partition::registry::{ENDING_MIRROR_MARKER, LOCAL_TOPIC_MARKER};
 use ringmirror_storage::batch::{BatchIter, ControlRecord, ControlType};
 use ringmirror_storage::failpoint::CRASH_AT_ENV;
 use ringmirror_storage::log::TopicPartition;

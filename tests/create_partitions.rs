@@ -28,7 +28,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_dataplane::serve::registry::LOCAL_TOPIC_MARKER;
+use ringmirror_dataplane::partition::registry::LOCAL_TOPIC_MARKER;
 use ringmirror_storage::log::TopicPartition;
 
 const DEADLINE: Duration = Duration::from_secs(60);

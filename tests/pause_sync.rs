@@ -22,7 +22,7 @@ use rdkafka::client::DefaultClientContext;
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_control::admin::{AdminAnswer, AdminRequest};
-use ringmirror_dataplane::serve::acls::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
+use ringmirror_dataplane::security::acls::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
 use ringmirror_storage::log::TopicPartition;
 
 const DEADLINE: Duration = Duration::from_secs(60);

@@ -46,7 +46,7 @@ use ringmirror::agent::Agent;
 use ringmirror::config::{AgentConfig, MirrorConfig};
 use ringmirror_control::admin::{AdminAnswer, AdminRequest, MirrorDescription};
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
 use ringmirror_protocol::sasl::{ClientExchange, ClientStep, Mechanism, Password, SaslClientConfig, Secret};

@@ -167,7 +167,7 @@ fn ending_mirroring_makes_the_topic_writable_and_closes_open_transactions() {
 /// job (markers written once, partition writable).
 #[test]
 fn an_interrupted_end_of_mirroring_is_finished_at_start() {
-    use ringmirror_dataplane::serve::registry::ENDING_MIRROR_MARKER;
+    use ringmirror_dataplane::partition::registry::ENDING_MIRROR_MARKER;
     use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
     use ringmirror_storage::log::{LogConfig, LogDir};
 

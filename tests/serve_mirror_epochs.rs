@@ -21,7 +21,7 @@ use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, PartitionReport, TopicReport};
+use ringmirror_dataplane::partition::{MirrorReport, MirrorReports, PartitionReport, TopicReport};
 use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };

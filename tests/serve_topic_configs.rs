@@ -19,7 +19,7 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 use ringmirror::agent::Agent;
-use ringmirror_dataplane::serve::registry::LOCAL_TOPIC_MARKER;
+use ringmirror_dataplane::partition::registry::LOCAL_TOPIC_MARKER;
 use ringmirror_storage::topic_config;
 
 const DEADLINE: Duration = Duration::from_secs(60);

@@ -45,7 +45,7 @@ use kafka_protocol::protocol::StrBytes;
 use ringmirror::agent::Agent;
 use ringmirror_control::admin::{AdminRequest, PartitionView};
 use ringmirror_control::mirror::MirrorConfig;
-use ringmirror_dataplane::serve::acls::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
+use ringmirror_dataplane::security::acls::{AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType};
 
 use common::tansu::{Tansu, create_topics, delete_topic, free_addr, produce, tansu_binary};
 use common::{KafkaConnection, SourcePartitionLog};

@@ -39,9 +39,9 @@ use ringmirror_control::metadata_sync::topic_config_sync::{
 use ringmirror_control::state_store::{MirrorStateStore, TopicConfigKey, TopicConfigRecord};
 use ringmirror_dataplane::client::{ClientError, Connection, ConnectionOptions};
 use ringmirror_dataplane::fetch::{ShardEventCounts, ShardEventReceiver, event_queue};
-use ringmirror_dataplane::serve::{
-    AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks,
-};
+use ringmirror_dataplane::kafka::ListenerSettings;
+use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::security::AclStore;
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
 

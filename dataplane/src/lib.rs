@@ -7,8 +7,15 @@
 //!   sessions, divergence and truncation, appends to the log.
 //! * [`shard`] runs a shard: its pinned executor, registry, listener and
 //!   periodic jobs.
-//! * [`serve`] is the Kafka-protocol listener clients read the logs
-//!   through, with groups, ACLs and local writable topics.
+//! * [`partition`] is what the agent serves: the catalog, each shard's
+//!   registry of partition logs and the links between shards, the
+//!   destination-epoch rule, producer ids and mirror reports.
+//! * [`kafka`] is the Kafka-protocol listener clients read the logs
+//!   through and write the writable topics through: sessions and the
+//!   answers per API family.
+//! * [`groups`] is the group coordinator: consumer and share groups and
+//!   their committed offsets.
+//! * [`security`] is the ACL store and the authorizer.
 //! * [`transactions`] is the transaction coordinator's core (Kafka's
 //!   transactions for the writable topics).
 //! * [`transport`] is a TCP stream in clear or under TLS.
@@ -19,7 +26,10 @@
 
 pub mod client;
 pub mod fetch;
-pub mod serve;
+pub mod groups;
+pub mod kafka;
+pub mod partition;
+pub mod security;
 pub mod shard;
 pub mod transactions;
 pub mod transport;

@@ -200,7 +200,7 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     ),
     (ServedApi::AlterShareGroupOffsets, 0, 0),
     (ServedApi::DeleteShareGroupOffsets, 0, 0),
-    // Advertised on every listener, as Kafka does (see `serve::sasl`).
+    // Advertised on every listener, as Kafka does (see `kafka::sasl`).
     (ServedApi::SaslHandshake, 0, 1),
     (ServedApi::SaslAuthenticate, 0, 2),
     (
@@ -244,7 +244,7 @@ pub enum Request {
     /// The transaction coordinator's APIs (InitProducerId aside).
     Transaction(TransactionRequest),
     DescribeClusterMirrors(DescribeClusterMirrorsRequest),
-    /// SaslHandshake and SaslAuthenticate (see `serve::sasl`).
+    /// SaslHandshake and SaslAuthenticate (see `kafka::sasl`).
     Sasl(SaslRequest),
 }
 

@@ -1385,9 +1385,9 @@ pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) 
 }
 
 /// Every ACL `addr` describes (DescribeAcls v3, any filter).
-pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::serve::acls::AclBinding> {
+pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::security::acls::AclBinding> {
     use kafka_protocol::messages::{ApiKey, DescribeAclsResponse};
-    use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter};
+    use ringmirror_dataplane::security::acls::{AclBinding, AclBindingFilter};
     let response: DescribeAclsResponse = KafkaConnection::connect(addr, GROUP_SYNC_IO_TIMEOUT)
         .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
         .request(

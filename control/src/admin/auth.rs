@@ -31,7 +31,7 @@
 //! ```
 //!
 //! **Authorization** ([`Access`]) follows Kafka's StandardAuthorizer
-//! (`ringmirror_dataplane::serve::authorizer::decide`) on the
+//! (`ringmirror_dataplane::security::authorizer::decide`) on the
 //! ClusterMirror resource named by the mirror: an ACL applies to its
 //! literal name, `*`, or a PREFIXED pattern the name starts with; DENY
 //! beats ALLOW; ALL allows every operation; READ, WRITE, DELETE and ALTER
@@ -50,9 +50,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::http::{HeaderMap, header};
-use ringmirror_dataplane::serve::AclStore;
-use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation, ResourceType};
-use ringmirror_dataplane::serve::authorizer::decide;
+use ringmirror_dataplane::security::AclStore;
+use ringmirror_dataplane::security::acls::{AclBinding, AclBindingFilter, AclOperation, ResourceType};
+use ringmirror_dataplane::security::authorizer::decide;
 use ringmirror_protocol::sasl::Secret;
 use subtle::ConstantTimeEq;
 
@@ -485,7 +485,7 @@ impl Access {
 
 #[cfg(test)]
 mod tests {
-    use ringmirror_dataplane::serve::acls::{AclPermissionType, PatternType};
+    use ringmirror_dataplane::security::acls::{AclPermissionType, PatternType};
 
     use super::*;
 

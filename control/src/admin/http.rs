@@ -64,8 +64,8 @@ use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, get, on, post};
-use ringmirror_dataplane::serve::AclStore;
-use ringmirror_dataplane::serve::acls::{AclBinding, AclBindingFilter, AclOperation};
+use ringmirror_dataplane::security::AclStore;
+use ringmirror_dataplane::security::acls::{AclBinding, AclBindingFilter, AclOperation};
 use serde::de::DeserializeOwned;
 
 use crate::admin::auth::{Access, AdminAuth, Forbidden};
@@ -655,7 +655,7 @@ fn acls_body(body: &[u8]) -> Result<Vec<AclBinding>, ApiError> {
 async fn list_acls(State(auth): State<Arc<AdminAuth>>, Extension(access): Extension<Access>) -> Answer {
     access.check_acl_admin()?;
     let filter = AclBindingFilter {
-        resource_type: ringmirror_dataplane::serve::acls::ResourceType::ClusterMirror,
+        resource_type: ringmirror_dataplane::security::acls::ResourceType::ClusterMirror,
         ..AclBindingFilter::any()
     };
     json(StatusCode::OK, mirror_acls(&acl_store(&auth)?.describe(&filter)))

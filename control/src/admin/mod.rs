@@ -16,7 +16,7 @@
 //! * [`metrics`] — `/metrics`: a [`MetricsSnapshot`] in Prometheus' text
 //!   format.
 
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType, WILDCARD,
 };
 use serde::{Deserialize, Serialize};

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
-use ringmirror_dataplane::fetch::destination_epoch as epochs;
 use ringmirror_dataplane::fetch::{PartitionKey, SourceMetadata};
+use ringmirror_dataplane::partition::destination_epoch as epochs;
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 use ringmirror_storage::failpoint::crash_point;
 use ringmirror_storage::log::{MirrorSource, TopicPartition};

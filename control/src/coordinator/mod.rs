@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder};
 use ringmirror_dataplane::client::{Connection, TlsClientConfig};
 use ringmirror_dataplane::fetch::{FetchStats, ShardEvent, ShardEventCounts, ShardEventReceiver};
-use ringmirror_dataplane::serve::{CatalogHandle, MirrorReportsHandle};
+use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle};
 use ringmirror_dataplane::shard::ShardCommand;
 use ringmirror_protocol::sasl::SaslClientConfig;
 use ringmirror_storage::log::TopicPartition;

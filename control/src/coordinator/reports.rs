@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ringmirror_dataplane::serve::{MirrorReport, MirrorReports, PartitionReport};
+use ringmirror_dataplane::partition::{MirrorReport, MirrorReports, PartitionReport};
 
 use super::{Core, Partition};
 use crate::admin::{

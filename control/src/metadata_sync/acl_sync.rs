@@ -44,16 +44,16 @@
 //! error codes (per creation, per deletion, or for a whole listing) are in
 //! the report.
 //!
-//! Our listener stores and serves the ACLs (`ringmirror_dataplane::serve::acls`)
+//! Our listener stores and serves the ACLs (`ringmirror_dataplane::security::acls`)
 //! and enforces them with `authorizer = "acl"`, for the principals its SASL
-//! authentication establishes (`ringmirror_dataplane::serve::authorizer`).
+//! authentication establishes (`ringmirror_dataplane::security::authorizer`).
 
 use std::collections::BTreeSet;
 
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use regex::Regex;
 use ringmirror_dataplane::client::{ClientError, Connection};
-use ringmirror_dataplane::serve::acls::{
+use ringmirror_dataplane::security::acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType, codes,
 };
 use serde::{Deserialize, Serialize};

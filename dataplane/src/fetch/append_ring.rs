@@ -25,7 +25,7 @@ use std::time::Duration;
 use event_listener::Event;
 use io_uring::{IoUring, opcode, squeue, types};
 
-use crate::serve::ServedPartition;
+use crate::partition::ServedPartition;
 use ringmirror_storage::log::{BeginWrite, LogError, PartitionLog, WriteTarget};
 
 use super::ingest::AlignedBuffer;

@@ -194,7 +194,7 @@ pub(crate) struct VerifySource {
 /// check's; nothing is ever truncated.
 pub(crate) async fn verify_partition(
     source: VerifySource,
-    served: std::rc::Rc<crate::serve::ServedPartition>,
+    served: std::rc::Rc<crate::partition::ServedPartition>,
     tp: ringmirror_storage::log::TopicPartition,
     from_offset: i64,
     bytes_per_s: u64,

@@ -28,13 +28,13 @@ use ringmirror_storage::log::TopicPartition;
 
 use super::append_ring::AppendRing;
 use super::control::{Directive, Directives};
-use super::destination_epoch;
 use super::divergence::{self, CheckOutcome, DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, PendingCheck};
 use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::MirrorPartition;
 use super::stats::FetchStats;
 use super::supervisor::LiveSettings;
+use crate::partition::destination_epoch;
 use ringmirror_storage::clock::now_ms;
 
 /// Fetch versions we speak: 4 (leader epochs in batches, LSO) to 16.
@@ -685,7 +685,7 @@ impl Fetcher {
     /// Receives `len` record bytes into the partition's log tail, validates
     /// them in place and commits the whole, valid batches.
     // In mmap mode the log stays borrowed while its tail fills: a reader's
-    // job finds it busy and runs again shortly (see serve::registry).
+    // job finds it busy and runs again shortly (see partition::registry).
     #[allow(clippy::await_holding_refcell_ref)]
     async fn ingest(
         &self,

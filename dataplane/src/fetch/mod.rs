@@ -14,7 +14,6 @@
 
 mod append_ring;
 mod control;
-pub mod destination_epoch;
 mod divergence;
 mod events;
 mod fetcher;

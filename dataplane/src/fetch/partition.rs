@@ -6,7 +6,7 @@ use std::cell::{Ref, RefMut};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::serve::ServedPartition;
+use crate::partition::ServedPartition;
 use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 use super::divergence::PendingCheck;

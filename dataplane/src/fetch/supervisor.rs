@@ -12,7 +12,7 @@ use std::time::Duration;
 use event_listener::Event;
 
 use crate::client::{Connection, ConnectionOptions};
-use crate::serve::Registry;
+use crate::partition::Registry;
 
 use super::append_ring::AppendRing;
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};

@@ -20,11 +20,13 @@ use crate::fetch::{
     MirrorCommand, MirrorInbox, MirrorPartition, MirrorSettings, PartitionKey, ShardEventSink, StateEvent,
     mirror_ended, run_mirror,
 };
-use crate::serve::registry::{ending_mirror, is_local_partition, local_topic_configs};
-use crate::serve::{
-    AcceptMode, AclStore, CatalogHandle, ListenerSettings, MirrorReportsHandle, ProducerIds, Registry, ServeTasks,
-    ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, run_acceptor, run_jobs, run_listener, serve_handed_off,
+use crate::kafka::{AcceptMode, ListenerSettings, ServeTasks, run_acceptor, run_listener, serve_handed_off};
+use crate::partition::registry::{ending_mirror, is_local_partition, local_topic_configs};
+use crate::partition::{
+    CatalogHandle, MirrorReportsHandle, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks,
+    run_jobs,
 };
+use crate::security::AclStore;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
 
@@ -218,12 +220,12 @@ pub fn spawn_shard(
                 serving.producer_ids,
             );
             glommio::spawn_local(run_jobs(Rc::clone(&registry), serving.end.jobs)).detach();
-            glommio::spawn_local(crate::serve::registry::run_log_cleaner(Rc::clone(&registry))).detach();
+            glommio::spawn_local(crate::partition::registry::run_log_cleaner(Rc::clone(&registry))).detach();
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
-                crate::serve::groups::api::start(&registry);
+                crate::kafka::groups::start(&registry);
                 registry.set_links(Arc::clone(&serving.links));
-                crate::serve::transactions::start(&registry, Arc::clone(&serving.links));
+                crate::kafka::transactions::start(&registry, Arc::clone(&serving.links));
                 let access = ShardAccess {
                     local: Rc::clone(&registry),
                     links: serving.links,

@@ -9,7 +9,7 @@
 //! * [`SaslServerConfig`] and [`ServerExchange`] — the listener's users
 //!   (SCRAM credentials derived once at start: random salt, 4096
 //!   iterations, as Kafka's defaults) and one connection's exchange (see
-//!   `serve::sasl`, which frames it).
+//!   `kafka::sasl`, which frames it).
 //! * [`Secret`] — a password that prints as `***` in every `Debug` and
 //!   `Display`, so that no log line or error carries it.
 //!

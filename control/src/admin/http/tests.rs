@@ -786,7 +786,7 @@ fn three_mirrors(request: &AdminRequest) -> Result<AdminAnswer, AdminError> {
 
 #[test]
 fn principals_get_each_route_checked_against_its_cluster_mirror_operation() {
-    use ringmirror_dataplane::serve::acls::{AclPermissionType, PatternType, ResourceType};
+    use ringmirror_dataplane::security::acls::{AclPermissionType, PatternType, ResourceType};
     let dir = tempfile::tempdir().unwrap();
     let acls = Arc::new(AclStore::open(dir.path().join("acls")).unwrap());
     let acl = |name: &str, pattern, principal: &str, operation, permission| {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use ringmirror_dataplane::serve::AcceptMode;
+use ringmirror_dataplane::kafka::AcceptMode;
 use ringmirror_perf::dataset::Dataset;
 use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};
 
@@ -35,7 +35,7 @@ const SERVER_START_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SERVE_MANY_SHARDS: usize = 2;
 /// The agent's log filter in the serving scenarios: its default plus the
 /// listener's debug lines, which name the shard serving each connection.
-const AGENT_SERVE_LOG_FILTER: &str = "warn,ringmirror=info,ringmirror_dataplane::serve::listener=debug";
+const AGENT_SERVE_LOG_FILTER: &str = "warn,ringmirror=info,ringmirror_dataplane::kafka::listener=debug";
 
 /// Where an agent served its client connections (from its debug log).
 #[derive(Debug, Clone)]

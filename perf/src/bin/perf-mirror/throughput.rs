@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use ringmirror_dataplane::serve::AcceptMode;
+use ringmirror_dataplane::kafka::AcceptMode;
 use ringmirror_perf::dataset::Dataset;
 use ringmirror_perf::summary::loadavg;
 use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};

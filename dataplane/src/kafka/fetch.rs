@@ -22,7 +22,7 @@ use kafka_protocol::messages::{FetchRequest, TopicName};
 
 use super::handlers::{READ_COMMITTED, check_leader_epoch};
 use super::listener::ClientConnection;
-use super::registry::ServedPartition;
+use crate::partition::registry::ServedPartition;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_protocol::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
 use ringmirror_storage::log::{AbortedTxn, LogError, PartitionLog, TopicPartition};
@@ -292,7 +292,7 @@ pub async fn handle_fetch(
     let denied: Vec<bool> = targets
         .iter()
         .map(|t| {
-            use super::acls::{AclOperation, ResourceType};
+            use crate::security::acls::{AclOperation, ResourceType};
             let name = match &t.topic {
                 TopicKeyOwned::Name(name) => Some(name.as_str()),
                 TopicKeyOwned::Id(id) => catalog.topic_by_id(id).map(|e| e.name.as_str()),

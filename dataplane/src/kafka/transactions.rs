@@ -30,12 +30,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::acls::{AclOperation, ResourceType};
-use super::catalog::CatalogHandle;
 use super::listener::ClientConnection;
-use super::producer_ids::ProducerIds;
-use super::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
 use crate::fetch::shard_for;
+use crate::partition::catalog::CatalogHandle;
+use crate::partition::producer_ids::ProducerIds;
+use crate::partition::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
+use crate::security::acls::{AclOperation, ResourceType};
 use crate::transactions::{
     InitProducerIdRequest as InitRequest, ListTransactionsFilter, MarkerOutcome, MarkerRequest, MarkerTarget,
     PartitionCheck, ProducerIdAllocator, TransactionConfig, TransactionCoordinator, TransactionResult,
@@ -556,7 +556,7 @@ async fn add_offsets_to_txn(conn: &ClientConnection, r: AddOffsetsToTxnRequest) 
     if !conn.authorized(AclOperation::Read, ResourceType::Group, &r.group_id.0) {
         return ec::GROUP_AUTHORIZATION_FAILED;
     }
-    let group_shard = super::groups::group_shard(&r.group_id.0, conn.access.links.shards());
+    let group_shard = crate::groups::group_shard(&r.group_id.0, conn.access.links.shards());
     let (producer_id, producer_epoch) = (r.producer_id.0, r.producer_epoch);
     on_coordinator(&conn.access, &id.clone(), move |c, now| {
         (

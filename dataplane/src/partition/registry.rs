@@ -21,9 +21,9 @@ use event_listener::{Event, EventListener};
 use glommio::net::AcceptedTcpStream;
 
 use super::catalog::CatalogHandle;
-use super::groups::GroupCoordinator;
 use super::producer_ids::ProducerIds;
-use super::transactions::ShardTransactions;
+use crate::groups::GroupCoordinator;
+use crate::kafka::transactions::ShardTransactions;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};

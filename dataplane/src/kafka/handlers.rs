@@ -32,14 +32,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::acls::{AclOperation, ResourceType};
-use super::catalog::Catalog;
 use super::fetch;
 use super::listener::ClientConnection;
 use super::log_dirs;
-use super::mirror_reports::{MirrorReport, MirrorReports};
-use super::registry::{PartitionFn, ServedPartition};
 use super::write;
+use crate::partition::catalog::Catalog;
+use crate::partition::mirror_reports::{MirrorReport, MirrorReports};
+use crate::partition::registry::{PartitionFn, ServedPartition};
+use crate::security::acls::{AclOperation, ResourceType};
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_protocol::request::{Request, SUPPORTED_APIS, ServedApi};
 use ringmirror_protocol::wire::describe_cluster_mirrors::{
@@ -152,7 +152,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::CreateAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleCreateAcls).
             let body = if conn.authorized_cluster(AclOperation::Alter) {
-                super::acls::create_acls_response(&conn.acls, &r, conn.authz.enabled())
+                crate::security::acls::create_acls_response(&conn.acls, &r, conn.authz.enabled())
             } else {
                 let results = r
                     .creations
@@ -170,7 +170,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
         Request::DeleteAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleDeleteAcls).
             let body = if conn.authorized_cluster(AclOperation::Alter) {
-                super::acls::delete_acls_response(&conn.acls, &r, conn.authz.enabled())
+                crate::security::acls::delete_acls_response(&conn.acls, &r, conn.authz.enabled())
             } else {
                 let results = r
                     .filters
@@ -254,7 +254,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             };
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
-        Request::Group(r) => super::groups::api::handle(conn, &header, r).await,
+        Request::Group(r) => super::groups::handle(conn, &header, r).await,
         Request::Transaction(r) => super::transactions::handle(conn, &header, r).await,
         Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
         Request::DescribeClusterMirrors(r) => {
@@ -867,8 +867,8 @@ fn describe_cluster_mirrors(
 
 /// The stored ACLs the request's filter matches (see `acls.rs`; stored
 /// and served, not enforced).
-fn describe_acls(acls: &super::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
-    super::acls::describe_acls_response(acls, request)
+fn describe_acls(acls: &crate::security::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
+    crate::security::acls::describe_acls_response(acls, request)
 }
 
 #[cfg(test)]
@@ -876,7 +876,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::serve::mirror_reports::{PartitionReport, TopicReport};
+    use crate::partition::mirror_reports::{PartitionReport, TopicReport};
     use ringmirror_protocol::wire::describe_cluster_mirrors::LastMirrorEpochLookup;
 
     fn reports() -> MirrorReports {

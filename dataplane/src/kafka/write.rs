@@ -27,11 +27,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::catalog::random_bytes;
 use super::listener::ClientConnection;
-use super::registry::{Registry, ServedPartition};
 use super::transactions::{mirror_topic_message, verification_error};
 use crate::fetch::shard_for;
+use crate::partition::catalog::random_bytes;
+use crate::partition::registry::{Registry, ServedPartition};
 use crate::shard::UNCLAIMED_MIRROR;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::batch::RecordBatch;

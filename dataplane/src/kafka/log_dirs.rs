@@ -13,10 +13,10 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::acls::AclOperation;
 use super::handlers::per_partition;
 use super::listener::ClientConnection;
-use super::registry::ServedPartition;
+use crate::partition::registry::ServedPartition;
+use crate::security::acls::AclOperation;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::log::PartitionLog;
 

@@ -582,7 +582,7 @@ fn list_groups_filters_by_type_as_kafka() {
         let r = ListGroupsRequest::default()
             .with_types_filter(types.iter().map(|t| StrBytes::from_string(t.to_string())).collect())
             .with_states_filter(states.iter().map(|t| StrBytes::from_string(t.to_string())).collect());
-        api::list_groups_response(version, &r, c.list())
+        crate::kafka::groups::list_groups_response(version, &r, c.list())
             .groups
             .into_iter()
             .map(|g| {

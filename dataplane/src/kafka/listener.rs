@@ -19,14 +19,14 @@ use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
-use super::acls::{AclOperation, AclStore, ResourceType};
-use super::authorizer::{AuthorizerSettings, ShardAuthorizer};
-use super::catalog::CatalogView;
 use super::fetch::FetchSession;
 use super::handlers;
-use super::mirror_reports::MirrorReportsHandle;
-use super::registry::{ShardAccess, ShardLinks};
 use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
+use crate::partition::catalog::CatalogView;
+use crate::partition::mirror_reports::MirrorReportsHandle;
+use crate::partition::registry::{ShardAccess, ShardLinks};
+use crate::security::acls::{AclOperation, AclStore, ResourceType};
+use crate::security::authorizer::{AuthorizerSettings, ShardAuthorizer};
 use crate::transport::Transport;
 use ringmirror_protocol::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
 use ringmirror_protocol::sasl::SaslServerConfig;
@@ -303,7 +303,11 @@ impl ClientConnection {
 
     /// [`Self::authorized`] on the cluster resource.
     pub fn authorized_cluster(&self, operation: AclOperation) -> bool {
-        self.authorized(operation, ResourceType::Cluster, super::acls::CLUSTER_RESOURCE_NAME)
+        self.authorized(
+            operation,
+            ResourceType::Cluster,
+            crate::security::acls::CLUSTER_RESOURCE_NAME,
+        )
     }
 
     /// Whether an idempotent producer may get a producer id: IDEMPOTENT_WRITE

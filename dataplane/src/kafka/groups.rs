@@ -48,15 +48,15 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::codes::*;
-use super::{
+use crate::groups::codes::*;
+use crate::groups::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
     Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
 };
-use crate::serve::acls::{AclOperation, ResourceType};
-use crate::serve::catalog::Catalog;
-use crate::serve::listener::ClientConnection;
-use crate::serve::registry::{Registry, ServedPartition, ShardAccess};
+use crate::kafka::listener::ClientConnection;
+use crate::partition::catalog::Catalog;
+use crate::partition::registry::{Registry, ServedPartition, ShardAccess};
+use crate::security::acls::{AclOperation, ResourceType};
 use ringmirror_protocol::request::{GroupRequest, ServedApi};
 use ringmirror_protocol::wire::share_group_offsets;
 use ringmirror_storage::clock::now_ms;
@@ -945,7 +945,7 @@ async fn txn_offset_commit(
         let offsets_partition = crate::transactions::coordinator::GROUP_OFFSETS_TOPIC;
         let group_shard = i32::try_from(group_shard(&group, shards)).unwrap_or(i32::MAX);
         let (producer_id, epoch) = (r.producer_id.0, r.producer_epoch);
-        let verdict = crate::serve::transactions::verify_partitions(
+        let verdict = crate::kafka::transactions::verify_partitions(
             &conn.access,
             &id,
             producer_id,
@@ -957,7 +957,7 @@ async fn txn_offset_commit(
         .map_or(COORDINATOR_NOT_AVAILABLE, |(_, code)| *code);
         // TRANSACTION_ABORTABLE from v4 (KIP-890), as Kafka's
         // `txnOffsetCommitRequestVersionToTransactionSupportedOperation`.
-        let verdict = crate::serve::transactions::verification_error(verdict, version >= 4);
+        let verdict = crate::kafka::transactions::verification_error(verdict, version >= 4);
         if verdict != NONE {
             vec![verdict; count]
         } else {
@@ -1163,7 +1163,7 @@ async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) 
 }
 
 /// The ListGroups answer of `version` to `r` from every group listed.
-pub(super) fn list_groups_response(
+pub(crate) fn list_groups_response(
     version: i16,
     r: &ListGroupsRequest,
     groups: impl IntoIterator<Item = GroupListing>,

@@ -6,7 +6,7 @@
 //!
 //! A group lives on shard `hash(group id) % shards` ([`group_shard`]); all
 //! its state is that shard's [`GroupCoordinator`], reached by connections on
-//! any shard through a synchronous job ([`api`]). The state machine here is
+//! any shard through a synchronous job ([`crate::kafka::groups`]). The state machine here is
 //! synchronous and takes the time as an argument, so it is tested without
 //! sockets or sleeping. A JoinGroup or SyncGroup that must wait for other
 //! members gets a [`Reply::Wait`]: a channel the connection awaits (with a
@@ -42,7 +42,6 @@
 //! an OffsetCommit and an OffsetFetch (GROUP_ID_NOT_FOUND) of a share
 //! group's id; DescribeGroups describes a share group as not found.
 
-pub mod api;
 pub mod share_store;
 pub mod store;
 pub mod txn_offsets;
@@ -148,7 +147,7 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    fn error(error: i16, member_id: &str) -> Self {
+    pub(crate) fn error(error: i16, member_id: &str) -> Self {
         Self {
             error,
             generation: -1,
@@ -177,7 +176,7 @@ pub struct SyncResult {
 }
 
 impl SyncResult {
-    fn error(error: i16) -> Self {
+    pub(crate) fn error(error: i16) -> Self {
         Self {
             error,
             ..Self::default()

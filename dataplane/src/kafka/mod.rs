@@ -1,0 +1,32 @@
+//! The Kafka-protocol listener on the shard executors, so that ordinary
+//! clients (and other agents) read what the agent holds and write its
+//! writable topics: accepting, the session of each connection, and the
+//! answers per API family.
+//!
+//! * [`listener`] — accepting, framing, sending (records via sendfile).
+//! * [`sasl`] and [`tls`] — authentication and encryption of a connection
+//!   before its requests are served.
+//! * [`handlers`] — the dispatch and the answers of the metadata, offset,
+//!   cluster, config and ACL APIs.
+//! * [`fetch`] — Fetch: reads on the owning shard, long polls.
+//! * [`write`] — local topics (CreateTopics, CreatePartitions, DeleteTopics)
+//!   and Produce.
+//! * [`groups`] — the group APIs, answered by each group's coordinator.
+//! * [`transactions`] — the transaction APIs, each shard's transaction
+//!   coordinator, its timer and markers.
+//! * [`log_dirs`] — DescribeLogDirs.
+
+mod fetch;
+pub mod groups;
+mod handlers;
+pub mod listener;
+mod log_dirs;
+pub mod sasl;
+pub mod tls;
+pub mod transactions;
+mod write;
+
+pub use listener::{
+    AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, ServeTasks, run_acceptor,
+    run_listener, serve_handed_off,
+};

@@ -1,0 +1,25 @@
+//! The partitions this agent serves and how shards reach each other's:
+//! what the fetchers, the listener and the control plane share about a
+//! partition, below all of them.
+//!
+//! * [`catalog`] — which topics and partitions are served, by which shard.
+//! * [`registry`] — each shard's open logs, and the jobs through which a
+//!   connection on one shard reads a partition owned by another.
+//! * [`destination_epoch`] — KIP-1279's destination leader epoch rule, one
+//!   copy for both planes.
+//! * [`producer_ids`] — producer ids for writers of the writable topics.
+//! * [`mirror_reports`] — what the control plane reports of each mirror,
+//!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
+
+pub mod catalog;
+pub mod destination_epoch;
+pub mod mirror_reports;
+pub mod producer_ids;
+pub mod registry;
+
+pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
+pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
+pub use producer_ids::ProducerIds;
+pub use registry::{
+    PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
+};
