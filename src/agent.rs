@@ -11,11 +11,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ringmirror_dataplane::fetch::{
-    ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue, shard_for,
-};
+use ringmirror_dataplane::fetch::{ShardEvent, ShardEventCounts, StateEvent, StopReason, TelemetryEvent, event_queue};
 use ringmirror_dataplane::kafka::ListenerSettings;
-use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks};
+use ringmirror_dataplane::partition::{
+    CatalogHandle, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks, shard_for,
+};
 use ringmirror_dataplane::security::AclStore;
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};

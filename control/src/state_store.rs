@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, btree_map::Entry};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use ringmirror_dataplane::fetch::stable_hash;
+use ringmirror_dataplane::partition::stable_hash;
 use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError};
 use serde::{Deserialize, Serialize};
 

@@ -119,7 +119,7 @@ impl Core {
                 }
                 // A forgotten partition keeps its data, served read-only.
                 if !self.by_tp.contains_key(&(mirror, tp.clone())) {
-                    let shard = ringmirror_dataplane::fetch::shard_for(&tp, self.shards.len());
+                    let shard = ringmirror_dataplane::partition::shard_for(&tp, self.shards.len());
                     let _ = self.shards[shard].try_send(ShardCommand::ServePartition { tp });
                 }
             }

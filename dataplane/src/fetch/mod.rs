@@ -34,7 +34,7 @@ pub use events::{
 };
 pub use ingest::IngestMode;
 pub use metadata::{SourceMetadata, SourcePartition, fetch_source_metadata};
-pub use partition::{MirrorPartition, PartitionKey, shard_for, stable_hash};
+pub use partition::{MirrorPartition, PartitionKey};
 pub use stats::FetchStats;
 pub(crate) use supervisor::mirror_ended;
 pub use supervisor::{MirrorSettings, run_mirror};

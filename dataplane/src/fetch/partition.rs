@@ -6,7 +6,7 @@ use std::cell::{Ref, RefMut};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::partition::ServedPartition;
+use crate::partition::{ServedPartition, shard_for};
 use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 use super::divergence::PendingCheck;
@@ -24,23 +24,6 @@ impl PartitionKey {
     pub fn shard(&self, shards: usize) -> usize {
         shard_for(&self.tp, shards)
     }
-}
-
-/// The shard that owns a partition: a stable hash (FNV-1a) of its topic
-/// name and partition number, so placement survives restarts, does not
-/// depend on the standard library's randomized hasher, and can be computed
-/// from a partition directory found on disk (which records no mirror name).
-pub fn shard_for(tp: &TopicPartition, shards: usize) -> usize {
-    let bytes = tp.topic.bytes().chain(tp.partition.to_be_bytes());
-    (stable_hash(bytes) % shards.max(1) as u64) as usize
-}
-
-/// 64-bit FNV-1a: the same on every run and every build, for placements
-/// that must survive restarts.
-pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 impl fmt::Display for PartitionKey {

@@ -423,7 +423,7 @@ impl Supervisor {
             let mirrored_epoch = served.as_ref().map_or(-1, |s| s.leader_epoch.get());
             let log_end = served.map(|s| s.log.borrow().log_end_offset());
             let clamped = match log_end {
-                Some(log_end) => registry.clamp_group_offsets(&tp, log_end).await,
+                Some(log_end) => crate::groups::clamp_offsets_on_every_shard(&registry, &tp, log_end).await,
                 None => Err("not open on this shard".to_owned()),
             };
             let ended = clamped.and_then(|moved| {

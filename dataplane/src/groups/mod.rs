@@ -42,6 +42,7 @@
 //! an OffsetCommit and an OffsetFetch (GROUP_ID_NOT_FOUND) of a share
 //! group's id; DescribeGroups describes a share group as not found.
 
+pub mod shards;
 pub mod share_store;
 pub mod store;
 pub mod txn_offsets;
@@ -53,6 +54,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use event_listener::Event;
 
+pub use shards::{clamp_offsets_on_every_shard, shard_coordinator};
 pub use share_store::{ShareOffsetStore, ShareStartOffset};
 pub use store::{CommittedOffset, GroupOffsets, OffsetStore};
 
@@ -63,7 +65,7 @@ pub use ringmirror_protocol::error_codes as codes;
 /// The shard that owns `group` (FNV-1a, stable across runs, like the
 /// placement of partitions).
 pub fn group_shard(group: &str, shards: usize) -> usize {
-    (crate::fetch::stable_hash(group.bytes()) % shards.max(1) as u64) as usize
+    crate::partition::shard_for_key(group, shards)
 }
 
 /// Settings, named after Kafka's broker configs.

@@ -51,7 +51,7 @@ use uuid::Uuid;
 use crate::groups::codes::*;
 use crate::groups::{
     CommittedOffset, GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult,
-    Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard,
+    Reply, ShareStartOffset, SyncRequest, SyncResult, group_shard, shard_coordinator,
 };
 use crate::kafka::listener::ClientConnection;
 use crate::partition::catalog::Catalog;
@@ -84,7 +84,7 @@ pub fn start(registry: &Registry) {
     match GroupCoordinator::open(registry.data_dir(), registry.shard, GroupConfig::default()) {
         Ok(coordinator) => {
             let coordinator = Rc::new(RefCell::new(coordinator));
-            registry.set_groups(Rc::clone(&coordinator));
+            registry.attach(Rc::clone(&coordinator));
             glommio::spawn_local(run_timers(coordinator)).detach();
         }
         Err(e) => tracing::error!(shard = registry.shard, error = %e, "cannot open the group coordinator"),
@@ -123,7 +123,7 @@ where
     let mut f = Some(f);
     access
         .on(shard, move |registry| {
-            let (Some(f), Some(coordinator)) = (f.take(), registry.groups()) else {
+            let (Some(f), Some(coordinator)) = (f.take(), shard_coordinator(registry)) else {
                 return Some(None);
             };
             let mut c = coordinator.try_borrow_mut().ok();
@@ -1150,7 +1150,7 @@ async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) 
     for shard in 0..access.links.shards() {
         let listed = access
             .on(shard, |registry| {
-                Some(registry.groups().and_then(|c| c.try_borrow().ok().map(|c| c.list())))
+                Some(shard_coordinator(registry).and_then(|c| c.try_borrow().ok().map(|c| c.list())))
             })
             .await
             .flatten();

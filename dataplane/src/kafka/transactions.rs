@@ -31,10 +31,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::listener::ClientConnection;
-use crate::fetch::shard_for;
 use crate::partition::catalog::CatalogHandle;
 use crate::partition::producer_ids::ProducerIds;
 use crate::partition::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
+use crate::partition::shard_for;
 use crate::security::acls::{AclOperation, ResourceType};
 use crate::transactions::{
     InitProducerIdRequest as InitRequest, ListTransactionsFilter, MarkerOutcome, MarkerRequest, MarkerTarget,
@@ -127,7 +127,7 @@ pub fn start(registry: &Registry, links: Arc<ShardLinks>) {
                 links,
                 catalog: registry.catalog(),
             });
-            registry.set_transactions(Rc::clone(&txns));
+            registry.attach(Rc::clone(&txns));
             txns.send_markers(markers);
             glommio::spawn_local(run_timer(txns)).detach();
         }
@@ -247,10 +247,10 @@ fn write_on_shard(registry: &Registry, marker: Marker, targets: &[MarkerTarget])
                     outcome
                 }
                 MarkerTarget::GroupOffsets { .. } => {
-                    let completed = registry
-                        .groups()
-                        .and_then(|groups| groups.try_borrow_mut().ok())
-                        .map(|mut groups| groups.complete_txn_offsets(marker.producer_id, marker.commit));
+                    let completed = crate::groups::shard_coordinator(registry).and_then(|groups| {
+                        let mut groups = groups.try_borrow_mut().ok()?;
+                        Some(groups.complete_txn_offsets(marker.producer_id, marker.commit))
+                    });
                     match completed {
                         Some(true) => MarkerOutcome::Written,
                         _ => MarkerOutcome::Retriable,
@@ -313,7 +313,7 @@ where
     let mut f = Some(f);
     access
         .on(shard, move |registry| {
-            let Some(txns) = registry.transactions() else {
+            let Some(txns) = registry.service::<ShardTransactions>() else {
                 return Some(None);
             };
             // Never borrowed across an await: free whenever a job runs.
@@ -653,7 +653,7 @@ async fn list_transactions(conn: &ClientConnection, r: ListTransactionsRequest) 
         let answer = conn
             .access
             .on(shard, move |registry| {
-                let Some(txns) = registry.transactions() else {
+                let Some(txns) = registry.service::<ShardTransactions>() else {
                     return Some(None);
                 };
                 let c = txns.coordinator.try_borrow().ok()?;

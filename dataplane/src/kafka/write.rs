@@ -29,10 +29,9 @@ use uuid::Uuid;
 
 use super::listener::ClientConnection;
 use super::transactions::{mirror_topic_message, verification_error};
-use crate::fetch::shard_for;
 use crate::partition::catalog::random_bytes;
-use crate::partition::registry::{Registry, ServedPartition};
-use crate::shard::UNCLAIMED_MIRROR;
+use crate::partition::registry::{Registry, ServedPartition, UNCLAIMED_MIRROR};
+use crate::partition::shard_for;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::batch::RecordBatch;
 use ringmirror_storage::clock::now_ms;

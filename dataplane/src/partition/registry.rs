@@ -11,6 +11,7 @@
 //! Appends are announced on the shard's [`Event`] so that long-polling
 //! Fetch requests on any shard wake up.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -22,8 +23,6 @@ use glommio::net::AcceptedTcpStream;
 
 use super::catalog::CatalogHandle;
 use super::producer_ids::ProducerIds;
-use crate::groups::GroupCoordinator;
-use crate::kafka::transactions::ShardTransactions;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
@@ -80,14 +79,19 @@ pub struct Registry {
     log_dir: Arc<LogDir>,
     log_config: LogConfig,
     producer_ids: Arc<ProducerIds>,
-    /// This shard's group coordinator, once opened (see `groups::api::start`).
-    groups: std::cell::OnceCell<Rc<RefCell<GroupCoordinator>>>,
-    /// This shard's transaction coordinator, once opened (see `transactions::start`).
-    transactions: std::cell::OnceCell<Rc<ShardTransactions>>,
+    /// The shard's services that rooms above this one attach when the
+    /// shard starts (its group and transaction coordinators), found by
+    /// their type: the registry carries them to the jobs that run on the
+    /// shard without depending on the rooms that define them.
+    services: RefCell<Vec<Rc<dyn Any>>>,
     /// The links to every shard, set with the listener (groups exist only
     /// with one): the end of mirroring reaches every shard's groups.
     links: std::cell::OnceCell<Arc<ShardLinks>>,
 }
+
+/// A partition found on disk, not (yet) claimed by a configured mirror:
+/// served read-only, since it holds mirrored data.
+pub const UNCLAIMED_MIRROR: &str = "";
 
 /// A file in a partition directory saying the topic is local (created at
 /// this agent, writable) rather than mirrored data. It holds the configs
@@ -155,30 +159,25 @@ impl Registry {
             log_dir,
             log_config,
             producer_ids,
-            groups: std::cell::OnceCell::new(),
-            transactions: std::cell::OnceCell::new(),
+            services: RefCell::new(Vec::new()),
             links: std::cell::OnceCell::new(),
         })
     }
 
-    /// The coordinator of the groups placed on this shard, if it opened.
-    pub fn groups(&self) -> Option<&RefCell<GroupCoordinator>> {
-        self.groups.get().map(|c| &**c)
+    /// Attaches this shard's `service` (one per type, when the shard
+    /// starts; a second of the same type is ignored).
+    pub fn attach<T: 'static>(&self, service: Rc<T>) {
+        let mut services = self.services.borrow_mut();
+        if !services.iter().any(|attached| (**attached).is::<T>()) {
+            services.push(service);
+        }
     }
 
-    pub fn set_groups(&self, coordinator: Rc<RefCell<GroupCoordinator>>) {
-        // Set once, when the shard starts.
-        let _ = self.groups.set(coordinator);
-    }
-
-    /// The coordinator of the transactional ids placed on this shard, if it opened.
-    pub fn transactions(&self) -> Option<Rc<ShardTransactions>> {
-        self.transactions.get().cloned()
-    }
-
-    pub fn set_transactions(&self, coordinator: Rc<ShardTransactions>) {
-        // Set once, when the shard starts.
-        let _ = self.transactions.set(coordinator);
+    /// This shard's service of type `T`, if one was attached.
+    pub fn service<T: 'static>(&self) -> Option<Rc<T>> {
+        let services = self.services.borrow();
+        let attached = services.iter().find(|attached| (**attached).is::<T>())?;
+        Rc::clone(attached).downcast().ok()
     }
 
     /// Whether `tp` has a directory in the data dir (served or not yet).
@@ -191,40 +190,9 @@ impl Registry {
         let _ = self.links.set(links);
     }
 
-    /// Failover: moves every group's offsets of `tp` past `log_end` back
-    /// to it on every shard's group coordinator
-    /// ([`GroupCoordinator::clamp_offsets_to_log_end`]), before the
-    /// partition becomes writable. Without a listener there are no groups.
-    /// Returns how many offsets moved.
-    pub async fn clamp_group_offsets(self: &Rc<Self>, tp: &TopicPartition, log_end: i64) -> Result<usize, String> {
-        let Some(links) = self.links.get() else {
-            return Ok(0);
-        };
-        let access = ShardAccess {
-            local: Rc::clone(self),
-            links: Arc::clone(links),
-        };
-        let mut moved = 0;
-        for shard in 0..links.shards() {
-            let (topic, partition) = (tp.topic.clone(), tp.partition);
-            let clamped = access
-                .on(shard, move |registry| {
-                    let Some(groups) = registry.groups() else {
-                        return Some(Ok(0));
-                    };
-                    let mut groups = groups.try_borrow_mut().ok()?;
-                    let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
-                    Some(
-                        groups
-                            .clamp_offsets_to_log_end(&topic, partition, log_end, now)
-                            .map_err(|e| format!("shard {shard}'s group offsets: {e}")),
-                    )
-                })
-                .await
-                .ok_or_else(|| format!("shard {shard} has ended"))?;
-            moved += clamped?;
-        }
-        Ok(moved)
+    /// The links to every shard, once the listener started (none without one).
+    pub fn links(&self) -> Option<&Arc<ShardLinks>> {
+        self.links.get()
     }
 
     /// The data directory (the group coordinator keeps its offsets there).

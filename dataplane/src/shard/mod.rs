@@ -21,7 +21,7 @@ use crate::fetch::{
     mirror_ended, run_mirror,
 };
 use crate::kafka::{AcceptMode, ListenerSettings, ServeTasks, run_acceptor, run_listener, serve_handed_off};
-use crate::partition::registry::{ending_mirror, is_local_partition, local_topic_configs};
+use crate::partition::registry::{UNCLAIMED_MIRROR, ending_mirror, is_local_partition, local_topic_configs};
 use crate::partition::{
     CatalogHandle, MirrorReportsHandle, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks,
     run_jobs,
@@ -307,10 +307,6 @@ struct Shard {
     registry: Rc<Registry>,
     serve_tasks: Rc<ServeTasks>,
 }
-
-/// A partition found on disk, not (yet) claimed by a configured mirror:
-/// served read-only, since it holds mirrored data.
-pub const UNCLAIMED_MIRROR: &str = "";
 
 impl Shard {
     async fn run(mut self, commands: async_channel::Receiver<ShardCommand>) -> Result<Vec<ClosedPartition>, String> {

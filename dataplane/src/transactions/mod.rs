@@ -115,7 +115,7 @@ pub use store::{TransactionStateLog, TransactionStore};
 /// the storage (compacted log, topic partitions), batch varints, string
 /// limits and error codes, which move to their own crates with issue 15.
 mod external {
-    pub(crate) use crate::fetch::stable_hash;
+    pub(crate) use crate::partition::shard_for_key;
     pub(crate) use ringmirror_protocol::error_codes as codes;
     pub(crate) use ringmirror_storage::batch::varint::{VarintError, read_unsigned, write_unsigned};
     pub(crate) use ringmirror_storage::limits::{STRING_BYTES_MAX, TooLong, put_string, string_length};
@@ -126,7 +126,7 @@ mod external {
 /// The shard that owns transactional id `id` (FNV-1a, stable across runs,
 /// as the placement of groups and partitions).
 pub fn transaction_shard(id: &str, shards: usize) -> usize {
-    (external::stable_hash(id.bytes()) % shards.max(1) as u64) as usize
+    external::shard_for_key(id, shards)
 }
 
 /// Settings, named after Kafka's broker configs where Kafka has them.
