@@ -40,6 +40,9 @@ pub const AGENT_STATE_DIR: &str = "__ringmirror";
 const FIRST_ROUND_WAIT: Duration = Duration::from_secs(30);
 /// The `__mirror_state` log, under the agent's state directory.
 const MIRROR_STATE_DIR: &str = "mirror-state";
+/// Admin calls (from the HTTP API and the agent's own callers) queued for
+/// the coordinator at most; a caller beyond waits for room.
+const ADMIN_CALLS_QUEUED_MAX: usize = 64;
 
 /// What the agent knows of one mirrored partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -438,7 +441,7 @@ impl Agent {
             config.mirror_topic_num_partitions,
         )
         .context("open __mirror_state")?;
-        let (admin_calls, calls) = async_channel::bounded::<AdminCall>(64);
+        let (admin_calls, calls) = async_channel::bounded::<AdminCall>(ADMIN_CALLS_QUEUED_MAX);
         let (first_round_tx, first_round) = std::sync::mpsc::channel();
         let coordinator = MirrorCoordinator::start(
             CoordinatorSetup {

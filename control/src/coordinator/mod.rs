@@ -59,6 +59,10 @@ pub use lifecycle::FAILED_RETRY_ATTEMPTS_MAX;
 const TICK: Duration = Duration::from_millis(50);
 /// Retry backoff after a failed metadata round, doubling up to the refresh interval.
 const SYNC_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Doublings of a retry backoff at most (metadata rounds, FAILED
+/// partitions): keeps the shift inside the integer; each backoff's maximum
+/// caps it first.
+const BACKOFF_DOUBLINGS_MAX: u32 = 10;
 /// How long a source may take to answer the control plane: short, since
 /// operator requests wait behind it.
 const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(10);

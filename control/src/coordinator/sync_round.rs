@@ -11,7 +11,7 @@ use ringmirror_dataplane::client::{ClientError, Connection};
 use ringmirror_dataplane::fetch::SourceMetadata;
 
 use super::connections::{connection, source_metadata, source_options};
-use super::{Core, FINAL_GROUP_SYNC_MAX, SYNC_RETRY_MIN, now_ms};
+use super::{BACKOFF_DOUBLINGS_MAX, Core, FINAL_GROUP_SYNC_MAX, SYNC_RETRY_MIN, now_ms};
 use crate::metadata_sync::acl_sync::sync_acls;
 use crate::metadata_sync::deletion::{self, NO_TOPIC_ID, Round, Sighting};
 use crate::metadata_sync::groups::sync_group_offsets;
@@ -52,7 +52,9 @@ impl Core {
             Err(e) => {
                 m.sync_failures += 1;
                 m.conn = None;
-                let backoff = SYNC_RETRY_MIN.saturating_mul(1 << m.sync_failures.min(10)).min(refresh);
+                let backoff = SYNC_RETRY_MIN
+                    .saturating_mul(1 << m.sync_failures.min(BACKOFF_DOUBLINGS_MAX))
+                    .min(refresh);
                 tracing::warn!(mirror = name, error = %e, retry_in = ?backoff, "cannot read source metadata");
                 m.sync_error = Some(e.to_string());
                 m.next_sync = Instant::now() + backoff;

@@ -44,6 +44,10 @@ const FETCH_VERSION_MAX: i16 = 16;
 const FETCH_VERSION_TOPIC_IDS: i16 = 13;
 /// Consecutive connection failures before the partitions go back for new metadata.
 const CONNECT_ATTEMPTS_MAX: u32 = 3;
+/// Consecutive errors of one partition (error codes of Fetch or
+/// OffsetForLeaderEpoch, and refused batches, which count toward it)
+/// before it goes back to the supervisor for new metadata and a backoff.
+const PARTITION_ERRORS_MAX: u32 = 3;
 /// Progress events per partition at most this often.
 const PROGRESS_INTERVAL_MS: u64 = 1000;
 
@@ -147,7 +151,9 @@ pub(crate) struct FetcherHandle {
     pub alive: Rc<Cell<bool>>,
 }
 
-pub(crate) struct Fetcher {
+/// KIP-1279's MirrorFetcher: the fetch loop of one mirror from one source
+/// broker on one shard (see the module doc).
+pub(crate) struct MirrorFetcher {
     pub broker_id: i32,
     pub addr: String,
     pub settings: LiveSettings,
@@ -172,7 +178,7 @@ struct AfterResponse {
     give_back: Vec<usize>,
 }
 
-impl Fetcher {
+impl MirrorFetcher {
     fn give_back(&self, partition: MirrorPartition, reason: ReturnReason) {
         // Whoever takes it next (or closes it) finds its writes all in.
         self.settle_writes(&partition);
@@ -352,7 +358,7 @@ impl Fetcher {
                     // to the supervisor for fresh metadata and a backoff.
                     p.failures += 1;
                     tracing::warn!(partition = %p.key, code, failures = p.failures, "OffsetForLeaderEpoch failed; will retry");
-                    if p.failures >= 3 {
+                    if p.failures >= PARTITION_ERRORS_MAX {
                         let p = partitions.swap_remove(i);
                         self.give_back(p, ReturnReason::Metadata);
                     } else {
@@ -941,7 +947,7 @@ impl Fetcher {
             code => {
                 p.failures += 1;
                 tracing::warn!(partition = %p.key, code, failures = p.failures, "fetch error for partition");
-                if p.failures >= 3 {
+                if p.failures >= PARTITION_ERRORS_MAX {
                     after.give_back.push(index);
                 }
             }

@@ -18,7 +18,7 @@ use super::append_ring::AppendRing;
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::divergence::{PendingCheck, VerifyOutcome, VerifySource, verify_partition};
 use super::events::{ShardEventSink, StateEvent, TelemetryEvent};
-use super::fetcher::{Fetcher, FetcherHandle, ReturnReason, Returned, Returns};
+use super::fetcher::{FetcherHandle, MirrorFetcher, ReturnReason, Returned, Returns};
 use super::ingest::IngestMode;
 use super::metadata::{SourceMetadata, fetch_source_metadata};
 use super::partition::MirrorPartition;
@@ -104,13 +104,17 @@ impl Default for MirrorSettings {
     }
 }
 
+/// Doublings of the retry backoff at most: keeps the shift inside a
+/// `u64` (the backoff's maximum caps it long before).
+const BACKOFF_DOUBLINGS_MAX: u32 = 16;
+
 impl MirrorSettings {
     /// Exponential backoff for the `attempt`-th retry, with jitter in
     /// [50%, 100%] so that many partitions do not retry in lockstep.
     pub(crate) fn backoff(&self, attempt: u32) -> Duration {
         let base = self
             .retry_backoff_ms
-            .saturating_mul(1 << attempt.min(16))
+            .saturating_mul(1 << attempt.min(BACKOFF_DOUBLINGS_MAX))
             .min(self.retry_backoff_max_ms);
         let jitter = (now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % 1000;
         Duration::from_millis(base / 2 + base * jitter / 2000)
@@ -527,7 +531,7 @@ impl Supervisor {
                         inbox: Rc::new(RefCell::new(vec![partition])),
                         alive: Rc::new(Cell::new(true)),
                     };
-                    let fetcher = Fetcher {
+                    let fetcher = MirrorFetcher {
                         broker_id: source.leader,
                         addr: addr.clone(),
                         settings: self.settings.clone(),
