@@ -337,6 +337,9 @@ fn lmes_at(addr: &str, cluster_id: &str, topic_id: [u8; 16], partitions: Vec<i32
         last_mirror_epochs(&mut conn, &cluster_id, &[(topic_id, partitions)])
             .await
             .expect("last mirror epochs")
+            .into_iter()
+            .map(|(partition, lme)| (partition, lme.get()))
+            .collect()
     })
 }
 

@@ -21,7 +21,7 @@ use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::partition::{MirrorReport, MirrorReports, PartitionReport, TopicReport};
+use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorReports, PartitionReport, TopicReport};
 use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };
@@ -67,7 +67,7 @@ fn partition(lme: i32, lag: i64) -> PartitionReport {
         destination_offset: 100 - lag,
         lag,
         state: "MIRRORING".into(),
-        last_mirror_epoch: lme,
+        last_mirror_epoch: LastMirrorEpoch::new(lme),
         ..PartitionReport::default()
     }
 }
@@ -113,7 +113,10 @@ fn ask(
         assert!(conn.advertises(API_KEY), "ApiVersions lists DescribeClusterMirrors");
         let epochs = last_mirror_epochs(&mut conn, cluster, &lookups())
             .await
-            .expect("lookup");
+            .expect("lookup")
+            .into_iter()
+            .map(|(partition, lme)| (partition, lme.get()))
+            .collect();
         let request = DescribeClusterMirrorsRequest {
             mirror_names: names,
             ..DescribeClusterMirrorsRequest::default()
@@ -264,6 +267,6 @@ fn a_plain_kafka_source_has_no_last_mirror_epochs() {
     assert!(!advertised);
     let epochs = epochs.expect("lookup");
     assert_eq!(epochs.len(), 6);
-    assert!(epochs.values().all(|&lme| lme == -1), "{epochs:?}");
+    assert!(epochs.values().all(|&lme| lme == LastMirrorEpoch::NONE), "{epochs:?}");
     assert_eq!(still_open, Ok(0));
 }

@@ -138,7 +138,7 @@ impl Core {
                 if p.record.state == State::Stopping {
                     crash_point("stop:ended");
                     self.set_state_logged(&key, State::Stopped, |r| {
-                        r.last_mirror_epoch = last_mirror_epoch;
+                        r.last_mirror_epoch = last_mirror_epoch.get();
                         r.destination_leader_epoch = r.destination_leader_epoch.max(leader_epoch);
                         r.error = None;
                     });

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::fetch::{PartitionKey, SourceMetadata};
+use ringmirror_dataplane::partition::LastMirrorEpoch;
 use ringmirror_dataplane::partition::destination_epoch as epochs;
 use ringmirror_dataplane::shard::{PartitionStart, ShardCommand};
 use ringmirror_storage::failpoint::crash_point;
@@ -151,7 +152,7 @@ impl Core {
     /// destination epoch, after LME truncation when `last_mirror_epoch` is
     /// given. The shard is told the source (cluster id, source topic id):
     /// a log holding only its batches, with nothing written here, is not cut.
-    pub(super) fn place(&mut self, key: &PartitionStateKey, last_mirror_epoch: Option<i32>, paused: bool) {
+    pub(super) fn place(&mut self, key: &PartitionStateKey, last_mirror_epoch: Option<LastMirrorEpoch>, paused: bool) {
         let Some(m) = self.mirrors.get(&key.mirror) else {
             return;
         };
@@ -511,7 +512,7 @@ impl Core {
             };
             m.to_prepare.clear();
             for key in keys {
-                let lme = lmes.get(&(key.topic_id, key.partition)).copied().unwrap_or(-1);
+                let lme = lmes.get(&(key.topic_id, key.partition)).copied().unwrap_or_default();
                 let topic = self.partitions[&key].tp.topic.clone();
                 // A new (or retried) partition of a paused topic starts
                 // PAUSED: PAUSING is written before it is placed.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ringmirror_dataplane::partition::{MirrorReport, MirrorReports, PartitionReport};
+use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorReports, PartitionReport};
 
 use super::{Core, Partition};
 use crate::admin::{
@@ -77,7 +77,7 @@ impl Core {
                     state: view.state,
                     retry_attempt: i16::try_from(view.retry_attempt).unwrap_or(i16::MAX),
                     error_message: view.error,
-                    last_mirror_epoch: view.last_mirror_epoch,
+                    last_mirror_epoch: LastMirrorEpoch::new(view.last_mirror_epoch),
                 },
             );
         }

@@ -10,14 +10,13 @@ use std::collections::BTreeMap;
 
 use super::connection::Connection;
 use super::error::ClientError;
+use crate::partition::LastMirrorEpoch;
 use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse, LastMirrorEpochLookup, VERSION,
 };
 
 /// The API's name in errors.
 const API_NAME: &str = "DescribeClusterMirrors";
-/// No last mirror epoch: the peer never mirrored the partition.
-pub const NO_LAST_MIRROR_EPOCH: i32 = -1;
 
 /// The LME of every looked-up (topic id, partition) at the peer behind
 /// `conn`, asked on behalf of the cluster `requesting_cluster_id` (ours: the
@@ -32,10 +31,10 @@ pub async fn last_mirror_epochs(
     conn: &mut Connection,
     requesting_cluster_id: &str,
     lookups: &[([u8; 16], Vec<i32>)],
-) -> Result<BTreeMap<([u8; 16], i32), i32>, ClientError> {
-    let mut epochs: BTreeMap<([u8; 16], i32), i32> = lookups
+) -> Result<BTreeMap<([u8; 16], i32), LastMirrorEpoch>, ClientError> {
+    let mut epochs: BTreeMap<([u8; 16], i32), LastMirrorEpoch> = lookups
         .iter()
-        .flat_map(|(topic_id, partitions)| partitions.iter().map(|&p| ((*topic_id, p), NO_LAST_MIRROR_EPOCH)))
+        .flat_map(|(topic_id, partitions)| partitions.iter().map(|&p| ((*topic_id, p), LastMirrorEpoch::NONE)))
         .collect();
     if epochs.is_empty() || !conn.advertises(API_KEY) {
         return Ok(epochs);
@@ -75,7 +74,7 @@ pub async fn last_mirror_epochs(
     for topic in &response.last_mirror_epochs {
         for p in &topic.partitions {
             if let Some(epoch) = epochs.get_mut(&(topic.topic_id, p.partition_index)) {
-                *epoch = p.last_mirror_epoch.max(*epoch);
+                *epoch = LastMirrorEpoch::new(p.last_mirror_epoch).max(*epoch);
             }
         }
     }

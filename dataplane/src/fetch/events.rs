@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ringmirror_storage::log::TopicPartition;
 
+use crate::partition::LastMirrorEpoch;
+
 use super::divergence::VerifyOutcome;
 use super::stats::FetchStats;
 
@@ -118,8 +120,8 @@ pub enum StateEvent {
         tp: TopicPartition,
         log_end_offset: i64,
         leader_epoch: i32,
-        /// The last source leader epoch mirrored (LME), -1 if none.
-        last_mirror_epoch: i32,
+        /// The last source leader epoch mirrored (LME).
+        last_mirror_epoch: LastMirrorEpoch,
         aborted_transactions: usize,
     },
     /// A command could not be carried out.

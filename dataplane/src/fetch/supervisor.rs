@@ -12,7 +12,7 @@ use std::time::Duration;
 use event_listener::Event;
 
 use crate::client::{Connection, ConnectionOptions};
-use crate::partition::Registry;
+use crate::partition::{LastMirrorEpoch, Registry};
 
 use super::append_ring::AppendRing;
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
@@ -38,16 +38,16 @@ pub(crate) fn mirror_ended(
     // The last source epoch mirrored: every mirrored batch is at or below
     // the destination epoch of the mirroring, every closing marker above it
     // (also those of an attempt a crash interrupted).
-    let last_mirror_epoch = registry.get(&tp).map_or(-1, |served| {
+    let last_mirror_epoch = registry.get(&tp).map_or(LastMirrorEpoch::NONE, |served| {
         let log = served.log.borrow();
         log.epoch_cache()
             .entries()
             .iter()
             .rev()
             .find(|e| e.epoch <= mirrored_epoch)
-            .map_or(-1, |e| e.epoch)
+            .map_or(LastMirrorEpoch::NONE, |e| LastMirrorEpoch::new(e.epoch))
     });
-    tracing::info!(mirror, %tp, ?ended, leader_epoch, last_mirror_epoch, "mirroring ended; the partition is writable");
+    tracing::info!(mirror, %tp, ?ended, leader_epoch, %last_mirror_epoch, "mirroring ended; the partition is writable");
     StateEvent::MirrorEnded {
         mirror,
         tp,

@@ -813,7 +813,7 @@ fn describe_cluster_mirrors(
                         state: p.state.clone(),
                         retry_attempt: p.retry_attempt,
                         error_message: p.error_message.clone(),
-                        last_mirror_epoch: p.last_mirror_epoch,
+                        last_mirror_epoch: p.last_mirror_epoch.get(),
                     })
                     .collect(),
             })
@@ -850,7 +850,11 @@ fn describe_cluster_mirrors(
                     .iter()
                     .map(|&partition_index| PartitionLastMirrorEpoch {
                         partition_index,
-                        last_mirror_epoch: epochs.get(&(lookup.topic_id, partition_index)).copied().unwrap_or(-1),
+                        last_mirror_epoch: epochs
+                            .get(&(lookup.topic_id, partition_index))
+                            .copied()
+                            .unwrap_or_default()
+                            .get(),
                     })
                     .collect(),
             })
@@ -885,7 +889,7 @@ mod tests {
             destination_offset: 8,
             lag: 2,
             state: "MIRRORING".into(),
-            last_mirror_epoch: lme,
+            last_mirror_epoch: crate::partition::LastMirrorEpoch::new(lme),
             ..PartitionReport::default()
         };
         let topic = TopicReport {

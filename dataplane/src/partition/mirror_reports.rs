@@ -10,6 +10,8 @@
 //! the lock. The data plane only reads the reports: it never computes them.
 
 use std::collections::{BTreeMap, HashMap};
+
+use super::LastMirrorEpoch;
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// Every mirror's report, by mirror name.
@@ -50,8 +52,8 @@ pub struct PartitionReport {
     pub retry_attempt: i16,
     /// Why the partition failed, in FAILED.
     pub error_message: Option<String>,
-    /// The last source leader epoch mirrored; -1 when none.
-    pub last_mirror_epoch: i32,
+    /// The last source leader epoch mirrored.
+    pub last_mirror_epoch: LastMirrorEpoch,
 }
 
 impl Default for PartitionReport {
@@ -63,7 +65,7 @@ impl Default for PartitionReport {
             state: "UNKNOWN".into(),
             retry_attempt: 0,
             error_message: None,
-            last_mirror_epoch: -1,
+            last_mirror_epoch: LastMirrorEpoch::NONE,
         }
     }
 }
@@ -73,7 +75,7 @@ impl MirrorReports {
     /// may use it: the highest across the mirrors that hold the partition,
     /// skipping mirrors whose known source is another cluster. A lookup
     /// answers -1 for a partition missing here.
-    pub fn last_mirror_epochs(&self, requesting_cluster_id: Option<&str>) -> HashMap<([u8; 16], i32), i32> {
+    pub fn last_mirror_epochs(&self, requesting_cluster_id: Option<&str>) -> HashMap<([u8; 16], i32), LastMirrorEpoch> {
         let mut epochs = HashMap::new();
         let eligible =
             self.mirrors
@@ -84,7 +86,9 @@ impl MirrorReports {
                 });
         for topic in eligible.flat_map(|m| m.topics.values()) {
             for (&partition, report) in &topic.partitions {
-                let epoch = epochs.entry((topic.topic_id, partition)).or_insert(-1);
+                let epoch = epochs
+                    .entry((topic.topic_id, partition))
+                    .or_insert(LastMirrorEpoch::NONE);
                 *epoch = report.last_mirror_epoch.max(*epoch);
             }
         }
@@ -120,7 +124,7 @@ mod tests {
                 .iter()
                 .map(|&(p, lme)| {
                     let report = PartitionReport {
-                        last_mirror_epoch: lme,
+                        last_mirror_epoch: LastMirrorEpoch::new(lme),
                         ..PartitionReport::default()
                     };
                     (p, report)
@@ -149,11 +153,14 @@ mod tests {
             ]),
         };
         let from_a = reports.last_mirror_epochs(Some("A"));
-        assert_eq!(from_a.get(&([1; 16], 0)), Some(&9));
-        assert_eq!(from_a.get(&([1; 16], 1)), Some(&-1));
+        assert_eq!(from_a.get(&([1; 16], 0)), Some(&LastMirrorEpoch::new(9)));
+        assert_eq!(from_a.get(&([1; 16], 1)), Some(&LastMirrorEpoch::NONE));
         assert_eq!(from_a.get(&([2; 16], 0)), None);
         // Without a cluster id every mirror counts.
-        assert_eq!(reports.last_mirror_epochs(None).get(&([1; 16], 0)), Some(&30));
+        assert_eq!(
+            reports.last_mirror_epochs(None).get(&([1; 16], 0)),
+            Some(&LastMirrorEpoch::new(30))
+        );
     }
 
     #[test]

@@ -8,18 +8,21 @@
 //! * [`placement`] — the shard of a partition, group or transactional id.
 //! * [`destination_epoch`] — KIP-1279's destination leader epoch rule, one
 //!   copy for both planes.
+//! * [`last_mirror_epoch`] — KIP-1279's [`LastMirrorEpoch`] (LME).
 //! * [`producer_ids`] — producer ids for writers of the writable topics.
 //! * [`mirror_reports`] — what the control plane reports of each mirror,
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
 
 pub mod catalog;
 pub mod destination_epoch;
+pub mod last_mirror_epoch;
 pub mod mirror_reports;
 pub mod placement;
 pub mod producer_ids;
 pub mod registry;
 
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
+pub use last_mirror_epoch::LastMirrorEpoch;
 pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
 pub use placement::{shard_for, shard_for_key, stable_hash};
 pub use producer_ids::ProducerIds;

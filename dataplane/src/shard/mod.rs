@@ -23,8 +23,8 @@ use crate::fetch::{
 use crate::kafka::{AcceptMode, ListenerSettings, ServeTasks, run_acceptor, run_listener, serve_handed_off};
 use crate::partition::registry::{UNCLAIMED_MIRROR, ending_mirror, is_local_partition, local_topic_configs};
 use crate::partition::{
-    CatalogHandle, MirrorReportsHandle, ProducerIds, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks,
-    run_jobs,
+    CatalogHandle, LastMirrorEpoch, MirrorReportsHandle, ProducerIds, Registry, ServedPartition, ShardAccess,
+    ShardLinkEnd, ShardLinks, run_jobs,
 };
 use crate::security::AclStore;
 use ringmirror_storage::clock::now_ms;
@@ -143,7 +143,7 @@ pub struct PartitionStart {
     /// the source answered; `None` when resuming a partition already mirroring.
     /// A log holding only `source`'s batches is not cut (see
     /// [`ringmirror_storage::log::PartitionLog::converge_for_mirror`]).
-    pub truncate_above_epoch: Option<i32>,
+    pub truncate_above_epoch: Option<LastMirrorEpoch>,
     /// The source the mirror appends from: its cluster id and the
     /// partition's source topic id (`None`: one of them is not known).
     pub source: Option<MirrorSource>,
@@ -526,7 +526,7 @@ impl Shard {
                 .log
                 .try_borrow_mut()
                 .map_err(|_| "the partition's log is busy; LME truncation will be retried".to_string())?
-                .converge_for_mirror(start.source.as_ref(), lme)
+                .converge_for_mirror(start.source.as_ref(), lme.get())
                 .map_err(|e| format!("LME truncation: {e}"))?,
             None => None,
         };
