@@ -122,7 +122,7 @@ impl Core {
             Ok(()) => {
                 if let Some(m) = self.mirrors.get_mut(&key.mirror) {
                     m.to_prepare.push(key.clone());
-                    m.next_sync = Instant::now();
+                    m.metadata.next_sync = Instant::now();
                 }
             }
             Err(e) => tracing::error!(mirror = key.mirror, partition = key.partition, error = %e, "cannot retry"),
@@ -271,7 +271,7 @@ impl Core {
                     );
                 }
                 m.halted = true;
-                m.sync_error = Some(format!("source cluster id is {seen}, not the recorded {recorded}"));
+                m.metadata.sync_error = Some(format!("source cluster id is {seen}, not the recorded {recorded}"));
                 return;
             }
             (None, Some(seen)) => {
@@ -285,7 +285,7 @@ impl Core {
             _ => {}
         }
         m.halted = false;
-        m.sync_error = None;
+        m.metadata.sync_error = None;
         for topic in m.selection.named() {
             if !metadata.topics.contains_key(topic) {
                 if m.reported_missing.insert(topic.clone()) {
@@ -506,7 +506,7 @@ impl Core {
                     // Waits for the next round; the partitions stay PREPARING.
                     tracing::warn!(mirror = name, error = %e, "cannot look up last mirror epochs; will try again");
                     m.conn = None;
-                    m.next_sync = m.next_sync.min(Instant::now() + SYNC_RETRY_MIN);
+                    m.metadata.next_sync = m.metadata.next_sync.min(Instant::now() + SYNC_RETRY_MIN);
                     continue;
                 }
             };

@@ -37,9 +37,8 @@ use ringmirror_protocol::sasl::SaslClientConfig;
 use ringmirror_storage::log::TopicPartition;
 
 use crate::admin::{AdminCall, AdminError, PartitionEvent, VerifyJob};
-use crate::metadata_sync::acl_sync::AclSyncReport;
 use crate::metadata_sync::deletion::DeletionChecks;
-use crate::metadata_sync::groups::{GroupFilter, GroupSyncReport};
+use crate::metadata_sync::groups::GroupFilter;
 use crate::mirror::{MirrorConfig, TopicSelection};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{MirrorRecord, MirrorStateStore, PartitionRecord, PartitionStateKey};
@@ -54,6 +53,7 @@ mod sync_round;
 mod verification;
 
 pub use lifecycle::FAILED_RETRY_ATTEMPTS_MAX;
+use sync_round::MirrorMetadataManager;
 
 /// How often the loop wakes without a call or an event (stop flag, timers).
 const TICK: Duration = Duration::from_millis(50);
@@ -171,10 +171,8 @@ struct Mirror {
     record: MirrorRecord,
     selection: TopicSelection,
     conn: Option<Connection>,
-    next_sync: Instant,
-    sync_failures: u32,
-    last_sync_ms: Option<u64>,
-    sync_error: Option<String>,
+    /// Its metadata round's schedule and reports.
+    metadata: MirrorMetadataManager,
     /// Named topics already reported missing, and topics reported held by
     /// another mirror (so the log is not flooded).
     reported_missing: BTreeSet<String>,
@@ -189,13 +187,6 @@ struct Mirror {
     /// Every shard's fetch statistics for this mirror, since start.
     fetch_stats: FetchStats,
     group_filter: GroupFilter,
-    /// The last consumer group offset sync: when, and what it did.
-    group_sync: Option<(u64, GroupSyncReport)>,
-    /// The last topic config sync: when, and per topic what changed (or
-    /// why the source did not describe it).
-    config_sync: Option<(u64, BTreeMap<String, String>)>,
-    /// The last ACL sync: when, and what it did.
-    acl_sync: Option<(u64, AclSyncReport)>,
     /// The latest divergences of its partitions (`mirror describe`).
     partition_events: VecDeque<PartitionEvent>,
     /// The latest `mirror verify`, and how many ran since start.
@@ -284,9 +275,6 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
             .config
             .group_filter()
             .map_err(|e| AdminError::Invalid(e.to_string()))?,
-        group_sync: None,
-        config_sync: None,
-        acl_sync: None,
         partition_events: VecDeque::new(),
         verify: None,
         verifications: 0,
@@ -295,10 +283,7 @@ fn new_mirror(record: MirrorRecord) -> Result<Mirror, AdminError> {
         record,
         selection,
         conn: None,
-        next_sync: Instant::now(),
-        sync_failures: 0,
-        last_sync_ms: None,
-        sync_error: None,
+        metadata: MirrorMetadataManager::new(),
         reported_missing: BTreeSet::new(),
         reported_conflicts: BTreeSet::new(),
         halted: false,

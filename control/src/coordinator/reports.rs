@@ -115,12 +115,18 @@ impl Core {
                 .filter(|(k, _)| k.mirror == name)
                 .map(|(k, p)| self.view(k, p))
                 .collect(),
-            last_sync_ms: m.last_sync_ms,
-            sync_error: m.sync_error.clone(),
-            topic_configs_synced_ms: m.config_sync.as_ref().map(|(at, _)| *at),
-            topic_configs: m.config_sync.as_ref().map(|(_, t)| t.clone()).unwrap_or_default(),
-            acls_synced_ms: m.acl_sync.as_ref().map(|(at, _)| *at),
+            last_sync_ms: m.metadata.last_sync_ms,
+            sync_error: m.metadata.sync_error.clone(),
+            topic_configs_synced_ms: m.metadata.config_sync.as_ref().map(|(at, _)| *at),
+            topic_configs: m
+                .metadata
+                .config_sync
+                .as_ref()
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default(),
+            acls_synced_ms: m.metadata.acl_sync.as_ref().map(|(at, _)| *at),
             acls: m
+                .metadata
                 .acl_sync
                 .as_ref()
                 .map(|(_, r)| describe_acl_sync(r))
@@ -131,8 +137,9 @@ impl Core {
                     .find(|(k, p)| k.mirror == name && p.tp.topic == topic)
                     .map(|(k, _)| k.topic_id)
             }),
-            groups_synced_ms: m.group_sync.as_ref().map(|(at, _)| *at),
+            groups_synced_ms: m.metadata.group_sync.as_ref().map(|(at, _)| *at),
             groups: m
+                .metadata
                 .group_sync
                 .as_ref()
                 .map(|(_, report)| describe_group_sync(report))

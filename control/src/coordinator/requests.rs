@@ -67,7 +67,7 @@ impl Core {
                     .mirrors
                     .get_mut(&mirror)
                     .ok_or_else(|| AdminError::UnknownMirror { mirror: mirror.clone() })?;
-                m.next_sync = Instant::now();
+                m.metadata.next_sync = Instant::now();
                 Ok(AdminAnswer::Accepted {
                     mirror,
                     partitions: Vec::new(),
@@ -203,7 +203,7 @@ impl Core {
         }
         m.record = record;
         m.selection = selection;
-        m.next_sync = Instant::now();
+        m.metadata.next_sync = Instant::now();
         Ok(())
     }
 
@@ -339,7 +339,7 @@ impl Core {
                     // What the pause held back (configs, groups, ACLs, new
                     // topics) is synced at once.
                     if let Some(m) = self.mirrors.get_mut(name) {
-                        m.next_sync = Instant::now();
+                        m.metadata.next_sync = Instant::now();
                     }
                     self.send(
                         &key,

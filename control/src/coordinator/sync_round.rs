@@ -12,12 +12,65 @@ use ringmirror_dataplane::fetch::SourceMetadata;
 
 use super::connections::{connection, source_metadata, source_options};
 use super::{BACKOFF_DOUBLINGS_MAX, Core, FINAL_GROUP_SYNC_MAX, SYNC_RETRY_MIN, now_ms};
-use crate::metadata_sync::acl_sync::sync_acls;
+use crate::metadata_sync::acl_sync::{AclSyncReport, sync_acls};
 use crate::metadata_sync::deletion::{self, NO_TOPIC_ID, Round, Sighting};
-use crate::metadata_sync::groups::sync_group_offsets;
+use crate::metadata_sync::groups::{GroupSyncReport, sync_group_offsets};
 use crate::metadata_sync::topic_config_sync::{diff, fetch_topic_configs_report};
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{PartitionStateKey, TopicConfigKey, TopicConfigRecord};
+
+/// KIP-1279's MirrorMetadataManager of one mirror: when its metadata round
+/// is next due, how the last rounds went, and what each sync step last did
+/// (for `mirror describe`). The round itself ([`Core::sync_mirror`]) runs
+/// on the coordinator, whose partitions it applies the source's metadata to.
+pub(super) struct MirrorMetadataManager {
+    pub next_sync: Instant,
+    /// Rounds failed in a row, for the backoff.
+    failures: u32,
+    pub last_sync_ms: Option<u64>,
+    pub sync_error: Option<String>,
+    /// The last consumer group offset sync: when, and what it did.
+    pub group_sync: Option<(u64, GroupSyncReport)>,
+    /// The last topic config sync: when, and per topic what changed (or
+    /// why the source did not describe it).
+    pub config_sync: Option<(u64, BTreeMap<String, String>)>,
+    /// The last ACL sync: when, and what it did.
+    pub acl_sync: Option<(u64, AclSyncReport)>,
+}
+
+impl MirrorMetadataManager {
+    /// A mirror's first round is due at once.
+    pub fn new() -> Self {
+        Self {
+            next_sync: Instant::now(),
+            failures: 0,
+            last_sync_ms: None,
+            sync_error: None,
+            group_sync: None,
+            config_sync: None,
+            acl_sync: None,
+        }
+    }
+
+    /// The source's metadata was read: the next round is a `refresh` away.
+    fn round_succeeded(&mut self, refresh: Duration) {
+        self.failures = 0;
+        self.next_sync = Instant::now() + refresh;
+        self.last_sync_ms = Some(now_ms());
+    }
+
+    /// The source's metadata could not be read: the next round comes after
+    /// a backoff doubling from `SYNC_RETRY_MIN` up to `refresh`, returned.
+    fn round_failed(&mut self, refresh: Duration, error: String) -> Duration {
+        self.failures += 1;
+        let backoff = SYNC_RETRY_MIN
+            .saturating_mul(1 << self.failures.min(BACKOFF_DOUBLINGS_MAX))
+            .min(refresh);
+        self.sync_error = Some(error);
+        self.next_sync = Instant::now() + backoff;
+        backoff
+    }
+}
 
 impl Core {
     pub(super) async fn sync_due_mirrors(&mut self) {
@@ -25,7 +78,7 @@ impl Core {
         let due: Vec<String> = self
             .mirrors
             .iter()
-            .filter(|(_, m)| m.next_sync <= now)
+            .filter(|(_, m)| m.metadata.next_sync <= now)
             .map(|(n, _)| n.clone())
             .collect();
         for name in due {
@@ -40,9 +93,7 @@ impl Core {
         let refresh = Duration::from_millis(m.record.config.metadata_refresh_interval_ms);
         match source_metadata(m).await {
             Ok(metadata) => {
-                m.sync_failures = 0;
-                m.next_sync = Instant::now() + refresh;
-                m.last_sync_ms = Some(now_ms());
+                m.metadata.round_succeeded(refresh);
                 self.apply_metadata(name, &metadata);
                 self.check_deletions(name, &metadata).await;
                 self.sync_topic_configs(name).await;
@@ -50,14 +101,9 @@ impl Core {
                 self.sync_acls(name).await;
             }
             Err(e) => {
-                m.sync_failures += 1;
                 m.conn = None;
-                let backoff = SYNC_RETRY_MIN
-                    .saturating_mul(1 << m.sync_failures.min(BACKOFF_DOUBLINGS_MAX))
-                    .min(refresh);
+                let backoff = m.metadata.round_failed(refresh, e.to_string());
                 tracing::warn!(mirror = name, error = %e, retry_in = ?backoff, "cannot read source metadata");
-                m.sync_error = Some(e.to_string());
-                m.next_sync = Instant::now() + backoff;
             }
         }
     }
@@ -121,7 +167,7 @@ impl Core {
                 if committed > 0 {
                     tracing::info!(mirror = name, committed, "group offsets synced from the source");
                 }
-                m.group_sync = Some((now_ms(), report));
+                m.metadata.group_sync = Some((now_ms(), report));
             }
             Err(e) => {
                 tracing::warn!(mirror = name, error = %e, "group offset sync failed; next round tries again");
@@ -167,7 +213,7 @@ impl Core {
                 for e in &report.errors {
                     tracing::warn!(mirror = name, error = e, "ACL sync");
                 }
-                m.acl_sync = Some((now_ms(), report));
+                m.metadata.acl_sync = Some((now_ms(), report));
             }
             Err(e) => {
                 tracing::warn!(mirror = name, error = %e, "ACL sync failed; next round tries again");
@@ -259,7 +305,7 @@ impl Core {
             self.catalog.publish_topic_configs(&topic, synced.configs);
         }
         if let Some(m) = self.mirrors.get_mut(name) {
-            m.config_sync = Some((now_ms(), outcome));
+            m.metadata.config_sync = Some((now_ms(), outcome));
         }
     }
 
