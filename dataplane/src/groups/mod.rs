@@ -500,7 +500,7 @@ pub struct GroupCoordinator {
     shares: ShareOffsetStore,
     member_seq: u64,
     /// Notified when a deadline may have moved earlier, so the timer task
-    /// ([`api::run_timers`]) recomputes its sleep.
+    /// (in [`crate::kafka::groups`]) recomputes its sleep.
     deadlines_changed: Event,
     /// Offsets of open transactions ([`txn_offsets`]).
     txn_offsets: txn_offsets::PendingTxnOffsets,

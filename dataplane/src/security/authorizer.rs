@@ -17,10 +17,10 @@
 //! Where it is enforced (each as Kafka's `KafkaApis`, with its error
 //! codes, per resource): Metadata, Fetch, ListOffsets,
 //! OffsetForLeaderEpoch, DescribeConfigs, CreateAcls / DeleteAcls /
-//! DescribeAcls and DescribeClusterMirrors (`handlers.rs`, `fetch.rs`);
+//! DescribeAcls and DescribeClusterMirrors (`kafka/handlers.rs`, `kafka/fetch.rs`);
 //! Produce, CreateTopics, CreatePartitions, InitProducerId (in
-//! `handlers.rs`, around `write.rs`); the group and share-group APIs
-//! (`groups/api.rs`). ApiVersions, the SASL APIs and DescribeCluster are
+//! `kafka/handlers.rs`, around `kafka/write.rs`); the group and share-group APIs
+//! (`kafka/groups.rs`). ApiVersions, the SASL APIs and DescribeCluster are
 //! not authorized, as in Kafka.
 //!
 //! The decision reads a per-shard snapshot of the [`AclStore`]'s bindings,
