@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use ringmirror_dataplane::client::jittered_backoff;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::fetch::{PartitionKey, SourceMetadata};
 use ringmirror_dataplane::partition::LastMirrorEpoch;
@@ -16,7 +17,7 @@ use ringmirror_storage::failpoint::crash_point;
 use ringmirror_storage::log::{MirrorSource, TopicPartition};
 
 use super::connections::connection;
-use super::{BACKOFF_DOUBLINGS_MAX, Core, Partition, SYNC_RETRY_MIN, internal, now_ms};
+use super::{Core, Partition, SYNC_RETRY_MIN, internal, now_ms};
 use crate::admin::AdminError;
 use crate::state::MirrorPartitionState as State;
 use crate::state_store::{PartitionRecord, PartitionStateKey};
@@ -28,11 +29,7 @@ pub const FAILED_RETRY_ATTEMPTS_MAX: u32 = 100;
 
 /// Jittered exponential backoff for the `attempt`-th FAILED retry.
 fn failed_backoff(attempt: u32) -> Duration {
-    let base = FAILED_RETRY_MIN
-        .saturating_mul(1 << attempt.min(BACKOFF_DOUBLINGS_MAX))
-        .min(FAILED_RETRY_MAX);
-    let jitter = (now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % 1000;
-    base / 2 + base.mul_f64(jitter as f64 / 2000.0)
+    jittered_backoff(FAILED_RETRY_MIN, FAILED_RETRY_MAX, attempt)
 }
 
 impl Core {

@@ -59,9 +59,8 @@ use sync_round::MirrorMetadataManager;
 const TICK: Duration = Duration::from_millis(50);
 /// Retry backoff after a failed metadata round, doubling up to the refresh interval.
 const SYNC_RETRY_MIN: Duration = Duration::from_millis(200);
-/// Doublings of a retry backoff at most (metadata rounds, FAILED
-/// partitions): keeps the shift inside the integer; each backoff's maximum
-/// caps it first.
+/// Doublings of the metadata round's retry backoff at most: keeps the
+/// shift inside the integer; the refresh interval caps it first.
 const BACKOFF_DOUBLINGS_MAX: u32 = 10;
 /// How long a source may take to answer the control plane: short, since
 /// operator requests wait behind it.

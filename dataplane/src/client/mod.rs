@@ -6,6 +6,7 @@
 //! crate; Fetch responses are read as a stream (see [`ringmirror_protocol::wire`]) so
 //! record bytes can go straight into the log.
 
+pub mod backoff;
 mod connection;
 mod error;
 pub mod mirror_epochs;
@@ -13,6 +14,7 @@ mod requests;
 mod sasl;
 mod tls;
 
+pub use backoff::jittered_backoff;
 pub use connection::{Connection, ConnectionOptions};
 pub use error::ClientError;
 pub use requests::{

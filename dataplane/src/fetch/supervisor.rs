@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use event_listener::Event;
 
-use crate::client::{Connection, ConnectionOptions};
+use crate::client::{Connection, ConnectionOptions, jittered_backoff};
 use crate::partition::{LastMirrorEpoch, Registry};
 
 use super::append_ring::AppendRing;
@@ -104,20 +104,15 @@ impl Default for MirrorSettings {
     }
 }
 
-/// Doublings of the retry backoff at most: keeps the shift inside a
-/// `u64` (the backoff's maximum caps it long before).
-const BACKOFF_DOUBLINGS_MAX: u32 = 16;
-
 impl MirrorSettings {
-    /// Exponential backoff for the `attempt`-th retry, with jitter in
-    /// [50%, 100%] so that many partitions do not retry in lockstep.
+    /// The backoff before the `attempt`-th retry, from this mirror's
+    /// `retry_backoff_ms` up to its `retry_backoff_max_ms`.
     pub(crate) fn backoff(&self, attempt: u32) -> Duration {
-        let base = self
-            .retry_backoff_ms
-            .saturating_mul(1 << attempt.min(BACKOFF_DOUBLINGS_MAX))
-            .min(self.retry_backoff_max_ms);
-        let jitter = (now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) % 1000;
-        Duration::from_millis(base / 2 + base * jitter / 2000)
+        jittered_backoff(
+            Duration::from_millis(self.retry_backoff_ms),
+            Duration::from_millis(self.retry_backoff_max_ms),
+            attempt,
+        )
     }
 }
 
