@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Checks the layering of the code and fails when it is broken:
 #
-# 1. Crates (from `cargo tree`, normal dependencies): storage and protocol
-#    never depend on dataplane, control or an async runtime or TLS stack
-#    (glommio, tokio, rustls); dataplane never depends on control.
+# 1. Crates (from `cargo tree`, normal dependencies): storage, protocol and
+#    transactions never depend on dataplane, control or an async runtime or
+#    TLS stack (glommio, tokio, rustls); dataplane never depends on control.
 # 2. Folders inside a crate: no import cycle between the top-level modules
 #    of a crate (`crate::a` used in b/ and `crate::b` in a/, or longer
 #    circles), read from the `crate::` and `super::` paths of non-test
@@ -36,6 +36,7 @@ forbid_dependencies() {
 
 forbid_dependencies ringmirror-storage ringmirror-protocol ringmirror-dataplane ringmirror-control glommio tokio rustls
 forbid_dependencies ringmirror-protocol ringmirror-dataplane ringmirror-control glommio tokio rustls
+forbid_dependencies ringmirror-transactions ringmirror-dataplane ringmirror-control glommio tokio rustls
 forbid_dependencies ringmirror-dataplane ringmirror-control
 
 # Import cycles between a crate's top-level modules, as "<src dir>: <modules
@@ -46,7 +47,7 @@ python3 - "$KNOWN_CYCLES" <<'EOF' || failed=1
 import os, re, sys
 
 known = {line.strip() for line in sys.argv[1].splitlines() if line.strip()}
-SRC_DIRS = ["storage/src", "protocol/src", "dataplane/src", "control/src", "src", "perf/src", "kafka-harness/src"]
+SRC_DIRS = ["storage/src", "protocol/src", "transactions/src", "dataplane/src", "control/src", "src", "perf/src", "kafka-harness/src"]
 PATH = re.compile(r"\b(crate|super)::(\{[^}]*\}|\w+)")
 
 def top_module(src, path):

@@ -29,7 +29,7 @@ const BATCH_BYTES_MAX: u32 = 1 << 20;
 #[test]
 fn kafka_writes_the_vectors_the_unit_tests_hold() {
     let kafka = tool("ringmirror.kafka.TxnLogVectors", &[]);
-    let stored = include_str!("../dataplane/src/transactions/kafka_vectors.txt");
+    let stored = include_str!("../transactions/src/kafka_vectors.txt");
     assert_eq!(kafka, stored, "regenerate the vectors with tests/kafka's TxnLogVectors");
 }
 

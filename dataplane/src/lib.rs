@@ -17,7 +17,8 @@
 //!   their committed offsets.
 //! * [`security`] is the ACL store and the authorizer.
 //! * [`transactions`] is the transaction coordinator's core (Kafka's
-//!   transactions for the writable topics).
+//!   transactions for the writable topics), the `ringmirror-transactions`
+//!   crate re-exported.
 //! * [`transport`] is a TCP stream in clear or under TLS.
 //!
 //! Batches and the log are `ringmirror_storage`'s, wire code
@@ -31,5 +32,5 @@ pub mod kafka;
 pub mod partition;
 pub mod security;
 pub mod shard;
-pub mod transactions;
+pub use ringmirror_transactions as transactions;
 pub mod transport;

@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ringmirror_dataplane::transactions::TransactionMetadata;
-use ringmirror_dataplane::transactions::record::{TransactionLogValue, decode_key, encode_key};
+use ringmirror_transactions::TransactionMetadata;
+use ringmirror_transactions::record::{TransactionLogValue, decode_key, encode_key};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(id) = decode_key(data) {

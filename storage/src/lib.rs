@@ -8,6 +8,8 @@
 //!   their text form beside the log.
 //! * [`clock`] is the wall clock in milliseconds, Kafka's unit.
 //! * [`limits`] bounds the strings from the network that we write again.
+//! * [`placement`] is the stable hash that places partitions, groups and
+//!   transactional ids on shards.
 //! * [`failpoint`] kills the process at named points, for crash tests.
 //!
 //! No sockets and no async runtime: the crate's dependencies hold none, so
@@ -18,4 +20,5 @@ pub mod clock;
 pub mod failpoint;
 pub mod limits;
 pub mod log;
+pub mod placement;
 pub mod topic_config;

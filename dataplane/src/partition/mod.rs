@@ -5,7 +5,8 @@
 //! * [`catalog`] — which topics and partitions are served, by which shard.
 //! * [`registry`] — each shard's open logs, and the jobs through which a
 //!   connection on one shard reads a partition owned by another.
-//! * [`placement`] — the shard of a partition, group or transactional id.
+//! * placement (`ringmirror_storage::placement`, re-exported here) — the
+//!   shard of a partition, group or transactional id.
 //! * [`destination_epoch`] — KIP-1279's destination leader epoch rule, one
 //!   copy for both planes.
 //! * [`last_mirror_epoch`] — KIP-1279's [`LastMirrorEpoch`] (LME).
@@ -17,15 +18,14 @@ pub mod catalog;
 pub mod destination_epoch;
 pub mod last_mirror_epoch;
 pub mod mirror_reports;
-pub mod placement;
 pub mod producer_ids;
 pub mod registry;
 
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
 pub use last_mirror_epoch::LastMirrorEpoch;
 pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
-pub use placement::{shard_for, shard_for_key, stable_hash};
 pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
 };
+pub use ringmirror_storage::placement::{shard_for, shard_for_key, stable_hash};

@@ -138,7 +138,7 @@ impl TransactionStateLog for TransactionStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transactions::record::encode_key;
+    use crate::record::encode_key;
 
     fn put(id: &str, value: &[u8]) -> KeyedRecord {
         KeyedRecord {

@@ -2,7 +2,7 @@
 //! transactional id — a stable hash, so placement survives restarts and
 //! every room computes it the same way.
 
-use ringmirror_storage::log::TopicPartition;
+use crate::log::TopicPartition;
 
 /// The shard that owns a partition: a stable hash (FNV-1a) of its topic
 /// name and partition number, so placement survives restarts, does not

@@ -4,8 +4,10 @@
 //! `exactly_once_v2`, transactional producers and Kafka Connect work
 //! against the agent as they do against Kafka 4.3.
 //!
-//! This module is the coordinator's core: synchronous, sans-IO but for the
-//! store it writes through, taking the time as an argument.
+//! This crate is the coordinator's core: synchronous, sans-IO but for the
+//! store it writes through, taking the time as an argument. It depends on
+//! `storage` and `protocol` only (no async runtime, no TLS), so the fuzz
+//! target of its records builds without the data plane.
 //!
 //! * [`record`]: the `__transaction_state` records, byte for byte.
 //! * [`state`]: [`TransactionState`], Kafka's states and their legal
@@ -96,6 +98,8 @@
 //!   [`TransactionConfig::coordinator_epoch`]: 0 while one agent owns every
 //!   id; agents sharing ids (scale-out) pass the epoch of their lease.
 
+#![forbid(unsafe_code)]
+
 pub mod coordinator;
 pub mod metadata;
 pub mod record;
@@ -111,16 +115,16 @@ pub use metadata::TransactionMetadata;
 pub use state::TransactionState;
 pub use store::{TransactionStateLog, TransactionStore};
 
-/// What this module takes from the rest of the data plane, in one place:
-/// the storage (compacted log, topic partitions), batch varints, string
-/// limits and error codes, which move to their own crates with issue 15.
+/// What this crate takes from the crates below it, in one place: the
+/// storage (compacted log, topic partitions, placement), batch varints,
+/// string limits, and the error codes.
 mod external {
-    pub(crate) use crate::partition::shard_for_key;
     pub(crate) use ringmirror_protocol::error_codes as codes;
     pub(crate) use ringmirror_storage::batch::varint::{VarintError, read_unsigned, write_unsigned};
     pub(crate) use ringmirror_storage::limits::{STRING_BYTES_MAX, TooLong, put_string, string_length};
     pub(crate) use ringmirror_storage::log::compacted::LiveValues;
     pub(crate) use ringmirror_storage::log::{CompactedLog, KeyedRecord, LogError, TopicPartition};
+    pub(crate) use ringmirror_storage::placement::shard_for_key;
 }
 
 /// The shard that owns transactional id `id` (FNV-1a, stable across runs,
