@@ -43,6 +43,7 @@
 //! group's id; DescribeGroups describes a share group as not found.
 
 pub mod api;
+pub mod assignors;
 pub mod share_store;
 pub mod store;
 pub mod txn_offsets;
