@@ -12,15 +12,14 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::kafka::{driver, kafka_tool};
 use common::workloads::*;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
-    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
-    TopicName,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, GroupId, ListGroupsRequest, ListGroupsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -85,14 +84,7 @@ fn the_protocol_apis_answer_as_kafka() {
     let (agent, addr) = start_agent(dir.path());
     common::create_topic(&addr, "t", 3, Duration::from_secs(30));
     let mut c = common::KafkaConnection::connect(&addr, Duration::from_secs(10)).expect("connect");
-    let versions: ApiVersionsResponse = c
-        .request(ApiKey::ApiVersions as i16, 3, &ApiVersionsRequest::default())
-        .expect("ApiVersions");
-    let advertised: BTreeMap<i16, (i16, i16)> = versions
-        .api_keys
-        .iter()
-        .map(|k| (k.api_key, (k.min_version, k.max_version)))
-        .collect();
+    let advertised = c.advertised_versions();
     for key in [ApiKey::ConsumerGroupHeartbeat, ApiKey::ConsumerGroupDescribe] {
         assert_eq!(advertised.get(&(key as i16)), Some(&(0, 1)), "{key:?}");
     }

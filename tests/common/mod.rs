@@ -375,6 +375,22 @@ impl KafkaConnection {
         self
     }
 
+    /// The versions advertised in ApiVersions (v3): (min, max) by API key.
+    pub fn advertised_versions(&mut self) -> BTreeMap<i16, (i16, i16)> {
+        let versions: kafka_protocol::messages::ApiVersionsResponse = self
+            .request(
+                kafka_protocol::messages::ApiKey::ApiVersions as i16,
+                3,
+                &kafka_protocol::messages::ApiVersionsRequest::default(),
+            )
+            .expect("ApiVersions");
+        versions
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect()
+    }
+
     /// Sends one request and decodes its response (any API and version
     /// the `kafka-protocol` crate knows).
     pub fn request<Req: Encodable + HeaderVersion, Resp: Decodable + HeaderVersion>(

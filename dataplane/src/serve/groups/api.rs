@@ -1167,8 +1167,8 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
 /// Every shard's groups, filtered by state (v4+) and type (v5+). As
 /// Kafka's `GroupMetadataManager.listGroups`: no types filter (every
 /// version below 5) lists groups of every type, share groups with their
-/// protocol type "share"; a filter lists the named types (matched without
-/// case; "consumer" and unknown types name none of ours).
+/// protocol type "share", KIP-848 ones with "consumer"; a filter lists the
+/// named types (matched without case; unknown types name none of ours).
 async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) -> ListGroupsResponse {
     let mut error = NONE;
     let mut groups = BTreeMap::new();
