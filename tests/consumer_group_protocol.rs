@@ -19,7 +19,7 @@ use common::kafka::{driver, kafka_tool};
 use common::workloads::*;
 use kafka_protocol::messages::{
     ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse, GroupId, ListGroupsRequest, ListGroupsResponse, TopicName,
+    ConsumerGroupHeartbeatResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -68,16 +68,6 @@ fn heartbeat(
         .expect("ConsumerGroupHeartbeat")
 }
 
-fn join(group: &str, member: &str, topic: &str) -> ConsumerGroupHeartbeatRequest {
-    ConsumerGroupHeartbeatRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_member_id(StrBytes::from_string(member.to_owned()))
-        .with_member_epoch(0)
-        .with_rebalance_timeout_ms(30_000)
-        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(topic.to_owned()))]))
-        .with_topic_partitions(Some(Vec::new()))
-}
-
 #[test]
 fn the_protocol_apis_answer_as_kafka() {
     let dir = tempfile::tempdir().unwrap();
@@ -90,7 +80,7 @@ fn the_protocol_apis_answer_as_kafka() {
     }
 
     // v0: the coordinator names the member; v1: the member names itself.
-    let first = heartbeat(&mut c, 0, &join("g", "", "t"));
+    let first = heartbeat(&mut c, 0, &common::consumer_group_join("g", "", "t"));
     assert_eq!((first.error_code, first.member_epoch), (0, 1), "{first:?}");
     let named = first.member_id.clone().expect("a member id");
     let partitions: usize = first
@@ -102,7 +92,7 @@ fn the_protocol_apis_answer_as_kafka() {
         .map(|t| t.partitions.len())
         .sum();
     assert_eq!(partitions, 3, "a lone member gets every partition");
-    let second = heartbeat(&mut c, 1, &join("g", "m-two", "t"));
+    let second = heartbeat(&mut c, 1, &common::consumer_group_join("g", "m-two", "t"));
     assert_eq!((second.error_code, second.member_epoch), (0, 2), "{second:?}");
     assert_eq!(second.member_id.as_deref(), Some("m-two"));
     let ahead = ConsumerGroupHeartbeatRequest::default()
@@ -151,7 +141,7 @@ fn the_protocol_apis_answer_as_kafka() {
     // A group that only holds offsets (as group-offset sync writes them)
     // becomes a consumer group when a consumer-protocol member joins.
     common::admin_commit(&addr, "classic", "t", &[(0, 1, -1)], "");
-    let classic = heartbeat(&mut c, 1, &join("classic", "m", "t"));
+    let classic = heartbeat(&mut c, 1, &common::consumer_group_join("classic", "m", "t"));
     assert_eq!(
         classic.error_code, 0,
         "an offsets-only classic group is taken over: {classic:?}"

@@ -1400,6 +1400,23 @@ pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) 
         .collect()
 }
 
+/// A KIP-848 member's first ConsumerGroupHeartbeat (epoch 0) in `group`,
+/// subscribed to `topic`; `member` empty lets the coordinator name it (v0).
+pub fn consumer_group_join(
+    group: &str,
+    member: &str,
+    topic: &str,
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatRequest {
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_member_id(StrBytes::from_string(member.to_owned()))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(topic.to_owned()))]))
+        .with_topic_partitions(Some(Vec::new()))
+}
+
 /// Every ACL `addr` describes (DescribeAcls v3, any filter).
 pub fn acls_at(addr: &str) -> Vec<ringmirror_dataplane::serve::acls::AclBinding> {
     use kafka_protocol::messages::{ApiKey, DescribeAclsResponse};
