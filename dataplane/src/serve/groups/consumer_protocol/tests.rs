@@ -59,6 +59,21 @@ fn beat(member: &str, epoch: i32, owned: Option<&Assignment>) -> HeartbeatReques
     }
 }
 
+/// A classic member's first JoinGroup in "g".
+fn classic_join() -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: String::new(),
+        client_id: "c".into(),
+        client_host: String::new(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Default::default())],
+        require_known_member_id: true,
+    }
+}
+
 #[test]
 fn revocation_comes_before_assignment() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,18 +148,7 @@ fn epochs_fence_and_leaving_frees_partitions() {
     assert_eq!(c.consumer_fetch_error("g", Some("a"), 0), STALE_MEMBER_EPOCH);
     assert_eq!(c.consumer_fetch_error("g", None, -1), NONE);
     // A classic member cannot join while a has the group.
-    let classic = JoinRequest {
-        group_id: "g".into(),
-        member_id: String::new(),
-        client_id: "c".into(),
-        client_host: String::new(),
-        session_timeout_ms: 10_000,
-        rebalance_timeout_ms: 10_000,
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Default::default())],
-        require_known_member_id: true,
-    };
-    let Reply::Now(refused) = c.join(classic, now) else {
+    let Reply::Now(refused) = c.join(classic_join(), now) else {
         panic!("answered at once")
     };
     assert_eq!(refused.error, INCONSISTENT_GROUP_PROTOCOL);
@@ -217,6 +221,55 @@ fn an_offsets_only_classic_group_becomes_a_consumer_group() {
         ..join("m")
     };
     assert_eq!(c.consumer_heartbeat(share, &topics, now).error, GROUP_ID_NOT_FOUND);
+}
+
+#[test]
+fn the_group_uses_the_assignor_its_members_ask_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let now = Instant::now();
+    c.consumer_heartbeat(join("a"), &topics, now);
+    assert_eq!(c.describe_consumer_group("g").unwrap().assignor, assignors::UNIFORM);
+    let ranged = HeartbeatRequest {
+        server_assignor: Some(assignors::RANGE.into()),
+        ..join("b")
+    };
+    c.consumer_heartbeat(ranged, &topics, now);
+    let ranged_too = HeartbeatRequest {
+        server_assignor: Some(assignors::RANGE.into()),
+        ..join("c")
+    };
+    c.consumer_heartbeat(ranged_too, &topics, now);
+    let d = c.describe_consumer_group("g").unwrap();
+    assert_eq!(d.assignor, assignors::RANGE);
+    // Range: contiguous, the first members one more.
+    let of = |m: &str| owned_list(&d.target[m]);
+    assert_eq!((of("a"), of("b"), of("c")), (vec![0, 1], vec![2, 3], vec![4, 5]));
+}
+
+#[test]
+fn a_classic_group_with_members_is_not_a_consumer_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let now = Instant::now();
+    // Without MEMBER_ID_REQUIRED: a member at once, waiting in its join.
+    let _joining = c.join(
+        JoinRequest {
+            require_known_member_id: false,
+            ..classic_join()
+        },
+        now,
+    );
+    let refused = c.consumer_heartbeat(join("a"), &topics, now);
+    assert_eq!(refused.error, GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        refused.error_message.as_deref(),
+        Some("Group g is not a consumer group.")
+    );
+    assert_eq!(
+        c.describe_consumer_group("g").err().map(|e| e.0),
+        Some(GROUP_ID_NOT_FOUND)
+    );
 }
 
 /// One step of a member, as the Java consumer takes it.
