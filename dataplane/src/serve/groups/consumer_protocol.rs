@@ -20,10 +20,12 @@
 //! that only holds offsets, as synced groups do) becomes a consumer group
 //! when a consumer-protocol member joins, and an empty consumer group a
 //! classic one when a classic member joins; otherwise the other protocol
-//! is refused as Kafka refuses it. Not done here: regular-expression
-//! subscriptions (refused with INVALID_REQUEST), rack-aware assignment, and
-//! static membership (an instance id is kept and shown, but the member is
-//! treated as a dynamic one).
+//! is refused as Kafka refuses it. A static member (an instance id) that
+//! leaves with -2 keeps its partitions until its session runs out; a member
+//! joining with its instance id takes them over, and is refused
+//! (UNRELEASED_INSTANCE_ID) while the holder is still in the group. Not
+//! done here: regular-expression subscriptions (refused with
+//! INVALID_REQUEST) and rack-aware assignment.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -256,6 +258,20 @@ impl ConsumerGroup {
         self.target.remove(member_id);
         self.group_epoch += 1;
         true
+    }
+
+    /// The away static member `old` replaced by `new_id`: its partitions,
+    /// target and epoch (the one before it left) go to the new member; the
+    /// group epoch stays.
+    fn take_over(&mut self, old: &str, new_id: &str) -> ConsumerMember {
+        let mut member = self.members.remove(old).expect("a member");
+        self.release(&member);
+        if let Some(target) = self.target.remove(old) {
+            self.target.insert(new_id.to_owned(), target);
+        }
+        member.id = new_id.to_owned();
+        member.epoch = member.previous_epoch;
+        member
     }
 
     /// Re-reads the subscribed topics; a change bumps the group epoch.
@@ -508,7 +524,24 @@ impl GroupCoordinator {
         let session_timeout = ms(self.config.consumer_session_timeout_ms);
         let heartbeat_interval_ms = self.config.consumer_heartbeat_interval_ms;
         let group = self.consumer_groups.get_mut(&group_id).expect("created above");
-        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH || req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+        if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+            // A static member away for now keeps its partitions and instance
+            // id until its session runs out or another member takes them
+            // over (Kafka's `consumerGroupStaticMemberGroupLeave`).
+            let Some(mut away) = group.members.get(&req.member_id).cloned() else {
+                return HeartbeatResult::error(UNKNOWN_MEMBER_ID, "The member is not known to the group coordinator.");
+            };
+            away.set_epoch(LEAVE_GROUP_STATIC_MEMBER_EPOCH);
+            group.put(away);
+            tracing::info!(group = group_id, member = req.member_id, "static member left for now");
+            return HeartbeatResult {
+                member_id: req.member_id,
+                member_epoch: LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                heartbeat_interval_ms,
+                ..HeartbeatResult::default()
+            };
+        }
+        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH {
             if !group.remove(&req.member_id) {
                 return HeartbeatResult::error(UNKNOWN_MEMBER_ID, "The member is not known to the group coordinator.");
             }
@@ -525,6 +558,26 @@ impl GroupCoordinator {
                 ..HeartbeatResult::default()
             };
         }
+        // A static member joining under an instance id another member holds
+        // takes over that member's partitions if it is away, else is
+        // refused (Kafka's `getOrMaybeSubscribeStaticConsumerGroupMember`).
+        let holder = req.instance_id.as_deref().filter(|_| joining).and_then(|instance| {
+            group
+                .members
+                .values()
+                .find(|m| m.instance_id.as_deref() == Some(instance) && m.id != req.member_id)
+        });
+        let replaced = match holder {
+            Some(m) if m.epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH => {
+                let message = format!(
+                    "Static member with instance id {} is still in the group: it must leave first.",
+                    req.instance_id.as_deref().unwrap_or_default()
+                );
+                return HeartbeatResult::error(UNRELEASED_INSTANCE_ID, message);
+            }
+            Some(m) => Some(m.id.clone()),
+            None => None,
+        };
         let mut bump = false;
         let member = match group.members.get(&req.member_id) {
             Some(_) if joining => {
@@ -548,7 +601,7 @@ impl GroupCoordinator {
                 }
                 Some(m.clone())
             }
-            None if joining => None,
+            None if joining => replaced.map(|old| group.take_over(&old, &req.member_id)),
             None => {
                 return HeartbeatResult::error(UNKNOWN_MEMBER_ID, "The member is not known to the group coordinator.");
             }

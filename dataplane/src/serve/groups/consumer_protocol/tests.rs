@@ -272,6 +272,44 @@ fn a_classic_group_with_members_is_not_a_consumer_group() {
     );
 }
 
+#[test]
+fn a_static_member_away_keeps_its_partitions_for_its_successor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(dir.path());
+    let now = Instant::now();
+    let statically = |member: &str| HeartbeatRequest {
+        instance_id: Some("i-1".into()),
+        ..join(member)
+    };
+    let a = c.consumer_heartbeat(statically("a"), &topics, now);
+    assert_eq!((a.error, a.member_epoch), (NONE, 1));
+    let owned = a.assignment.unwrap();
+    // While a is in, its instance id is not free.
+    let early = c.consumer_heartbeat(statically("a2"), &topics, now);
+    assert_eq!(early.error, UNRELEASED_INSTANCE_ID);
+    let away = HeartbeatRequest {
+        instance_id: Some("i-1".into()),
+        ..beat("a", LEAVE_GROUP_STATIC_MEMBER_EPOCH, None)
+    };
+    let left = c.consumer_heartbeat(away, &topics, now);
+    assert_eq!((left.error, left.member_epoch), (NONE, LEAVE_GROUP_STATIC_MEMBER_EPOCH));
+    // Another member meanwhile gets none of a's partitions.
+    let b = c.consumer_heartbeat(join("b"), &topics, now);
+    assert_eq!(b.assignment, Some(Assignment::new()));
+    // a's successor takes them over, at a's epoch: no rebalance for it.
+    let successor = c.consumer_heartbeat(statically("a2"), &topics, now);
+    assert_eq!(successor.error, NONE);
+    assert!(
+        !c.describe_consumer_group("g")
+            .unwrap()
+            .members
+            .iter()
+            .any(|m| m.id == "a")
+    );
+    let kept = successor.assignment.unwrap();
+    assert!(!kept.is_empty() && is_subset(Some(&kept), &owned), "{kept:?}");
+}
+
 /// One step of a member, as the Java consumer takes it.
 #[derive(Debug, Clone)]
 enum Step {
