@@ -63,27 +63,114 @@ fn collect(owners: BTreeMap<(Uuid, i32), &str>, spec: &AssignmentSpec<'_>) -> BT
     out
 }
 
-/// Kafka's `UniformAssignor`: every partition of a subscribed topic goes to
-/// one of its subscribers; a member keeps the partitions it had while that
-/// stays balanced; the rest go to the subscriber with the fewest. Then
-/// partitions move from a member to a subscriber holding two or more fewer
-/// until none can — with the same subscriptions everywhere, the counts
-/// then differ by at most one.
+/// How many balancing passes the general uniform assignment makes at most:
+/// each pass costs partitions × subscribers on the group's shard.
+const BALANCING_PASSES_MAX: usize = 8;
+
+/// Kafka's `UniformAssignor`, with its two builders: the same
+/// subscriptions everywhere ([`uniform_same_subscriptions`]), or not
+/// ([`uniform_general`]).
 fn uniform(spec: &AssignmentSpec<'_>) -> BTreeMap<String, Assignment> {
+    let mut subscribed = spec.subscriptions.values().map(|topics| {
+        topics
+            .iter()
+            .filter(|t| spec.partition_counts.contains_key(t))
+            .copied()
+            .collect::<BTreeSet<Uuid>>()
+    });
+    let first = subscribed.next().unwrap_or_default();
+    let owners = if subscribed.all(|topics| topics == first) {
+        uniform_same_subscriptions(spec, &first)
+    } else {
+        uniform_general(spec)
+    };
+    collect(owners, spec)
+}
+
+/// Kafka's `OptimizedUniformAssignmentBuilder`: with `partitions` over
+/// `members`, each member's quota is `partitions / members`, and the first
+/// `partitions % members` to claim it one more. A member keeps what it had
+/// up to its quota; the rest fill the members below theirs, in member id
+/// order. Counts differ by at most one; the time is linear in the
+/// partitions.
+fn uniform_same_subscriptions<'a>(
+    spec: &AssignmentSpec<'a>,
+    topics: &BTreeSet<Uuid>,
+) -> BTreeMap<(Uuid, i32), &'a str> {
+    let members: Vec<&str> = spec.subscriptions.keys().map(String::as_str).collect();
+    let partitions_of = |t: &Uuid| 0..spec.partition_counts[t].max(0);
+    let total: usize = topics.iter().map(|t| partitions_of(t).len()).sum();
+    let (quota, mut extra) = (total / members.len().max(1), total % members.len().max(1));
+    let mut owners: BTreeMap<(Uuid, i32), &str> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (*m, 0)).collect();
+    for &member in &members {
+        let Some(previous) = spec.previous.get(member) else {
+            continue;
+        };
+        let kept = counts.get_mut(member).expect("a member");
+        let had = previous
+            .iter()
+            .filter(|(t, _)| topics.contains(t))
+            .flat_map(|(t, ps)| ps.iter().filter(|p| partitions_of(t).contains(p)).map(|p| (*t, *p)));
+        for tp in had {
+            if owners.contains_key(&tp) {
+                continue;
+            }
+            if *kept < quota {
+                owners.insert(tp, member);
+                *kept += 1;
+            } else if extra > 0 {
+                owners.insert(tp, member);
+                *kept += 1;
+                extra -= 1;
+                break;
+            } else {
+                break;
+            }
+        }
+    }
+    let mut free = topics
+        .iter()
+        .flat_map(|t| partitions_of(t).map(move |p| (*t, p)))
+        .filter(|tp| !owners.contains_key(tp))
+        .collect::<Vec<_>>()
+        .into_iter();
+    for &member in &members {
+        while counts[member] < quota {
+            owners.insert(free.next().expect("a free partition below quota"), member);
+            *counts.get_mut(member).expect("a member") += 1;
+        }
+    }
+    for &member in &members {
+        if extra == 0 {
+            break;
+        }
+        if counts[member] == quota {
+            owners.insert(free.next().expect("a free partition for an extra"), member);
+            extra -= 1;
+        }
+    }
+    debug_assert!(free.next().is_none(), "every partition assigned");
+    owners
+}
+
+/// Kafka's `GeneralUniformAssignmentBuilder`, for members subscribed to
+/// different topics: a member keeps what it had; each other partition goes
+/// to its subscriber with the fewest; then passes move a partition from
+/// its owner to a subscriber holding two or more fewer, while any moves
+/// (at most [`BALANCING_PASSES_MAX`] passes).
+fn uniform_general<'a>(spec: &AssignmentSpec<'a>) -> BTreeMap<(Uuid, i32), &'a str> {
     let subscribers = subscribers(spec);
     let mut counts: BTreeMap<&str, usize> = spec.subscriptions.keys().map(|m| (m.as_str(), 0)).collect();
     let mut owners: BTreeMap<(Uuid, i32), &str> = BTreeMap::new();
     for (member, assignment) in spec.previous {
-        let Some((member, _)) = spec.subscriptions.get_key_value(member) else {
+        let Some((member, topics)) = spec.subscriptions.get_key_value(member) else {
             continue;
         };
-        for (topic, partitions) in assignment {
+        for (topic, partitions) in assignment.iter().filter(|(t, _)| topics.contains(t)) {
             let Some(&count) = spec.partition_counts.get(topic) else {
                 continue;
             };
-            if !spec.subscriptions[member].contains(topic) {
-                continue;
-            }
             for &partition in partitions.iter().filter(|&&p| (0..count).contains(&p)) {
                 if owners.insert((*topic, partition), member.as_str()).is_none() {
                     *counts.get_mut(member.as_str()).expect("a member") += 1;
@@ -91,44 +178,40 @@ fn uniform(spec: &AssignmentSpec<'_>) -> BTreeMap<String, Assignment> {
             }
         }
     }
-    let fewest = |counts: &BTreeMap<&str, usize>, eligible: &[&'_ str]| -> Option<String> {
+    let fewest = |counts: &BTreeMap<&'a str, usize>, eligible: &[&'a str]| -> &'a str {
         eligible
             .iter()
-            .min_by_key(|m| (counts[**m], **m))
-            .map(|m| (*m).to_owned())
+            .copied()
+            .min_by_key(|m| (counts[m], *m))
+            .expect("a topic has subscribers")
     };
     for (topic, eligible) in &subscribers {
         for partition in 0..spec.partition_counts[topic] {
-            if owners.contains_key(&(*topic, partition)) {
-                continue;
+            if let std::collections::btree_map::Entry::Vacant(slot) = owners.entry((*topic, partition)) {
+                let member = fewest(&counts, eligible);
+                slot.insert(member);
+                *counts.get_mut(member).expect("a member") += 1;
             }
-            let member = fewest(&counts, eligible).expect("a topic has subscribers");
-            let (member, count) = counts
-                .get_key_value(member.as_str())
-                .map(|(m, c)| (*m, *c))
-                .expect("a member");
-            counts.insert(member, count + 1);
-            owners.insert((*topic, partition), member);
         }
     }
-    // Each move lowers the sum of squared counts, so this ends; the bound
-    // is for the reader.
-    let moves_max = owners.len() * spec.subscriptions.len().max(1);
-    for _ in 0..moves_max {
-        let movable = owners.iter().find_map(|(&(topic, partition), &owner)| {
-            let to = fewest(&counts, &subscribers[&topic])?;
-            (counts[owner] > counts[to.as_str()] + 1).then_some(((topic, partition), owner, to))
-        });
-        let Some((tp, from, to)) = movable else { break };
-        let (to, _) = counts
-            .get_key_value(to.as_str())
-            .map(|(m, c)| (*m, *c))
-            .expect("a member");
-        *counts.get_mut(from).expect("a member") -= 1;
-        *counts.get_mut(to).expect("a member") += 1;
-        owners.insert(tp, to);
+    for _ in 0..BALANCING_PASSES_MAX {
+        let mut moved = false;
+        let partitions: Vec<(Uuid, i32)> = owners.keys().copied().collect();
+        for tp in partitions {
+            let owner = owners[&tp];
+            let to = fewest(&counts, &subscribers[&tp.0]);
+            if counts[owner] > counts[to] + 1 {
+                *counts.get_mut(owner).expect("a member") -= 1;
+                *counts.get_mut(to).expect("a member") += 1;
+                owners.insert(tp, to);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
     }
-    collect(owners, spec)
+    owners
 }
 
 /// Kafka's `RangeAssignor`: per topic, its subscribers in member id order
@@ -268,6 +351,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_large_group_with_the_same_subscriptions_is_balanced_and_stays_put() {
+        let topics: BTreeMap<Uuid, i32> = (0..10).map(|t| (topic(t), 100)).collect();
+        let all: BTreeSet<Uuid> = topics.keys().copied().collect();
+        let subs: BTreeMap<String, BTreeSet<Uuid>> = (0..300).map(|m| (format!("m{m:03}"), all.clone())).collect();
+        let none = BTreeMap::new();
+        let spec = AssignmentSpec {
+            subscriptions: &subs,
+            partition_counts: &topics,
+            previous: &none,
+        };
+        let first = assign(UNIFORM, &spec);
+        assert_complete(&spec, &first);
+        let per: BTreeSet<usize> = first.values().map(total).collect();
+        assert_eq!(per, BTreeSet::from([3, 4]));
+        let mut grown = subs.clone();
+        grown.insert("m999".into(), all.clone());
+        let second = assign(
+            UNIFORM,
+            &AssignmentSpec {
+                subscriptions: &grown,
+                previous: &first,
+                ..spec
+            },
+        );
+        let moved: usize = first
+            .iter()
+            .map(|(m, had)| {
+                had.iter()
+                    .map(|(t, ps)| ps.difference(second[m].get(t).unwrap_or(&BTreeSet::new())).count())
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(moved, total(&second["m999"]), "only what the new member gets moves");
     }
 
     #[test]
