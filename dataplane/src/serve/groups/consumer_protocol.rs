@@ -20,7 +20,9 @@
 //! that only holds offsets, as synced groups do) becomes a consumer group
 //! when a consumer-protocol member joins, and an empty consumer group a
 //! classic one when a classic member joins; otherwise the other protocol
-//! is refused as Kafka refuses it. A static member (an instance id) that
+//! is refused as Kafka refuses it with `group.consumer.migration.policy`
+//! disabled (Kafka 4 migrates such groups online by default; not done
+//! here). A static member (an instance id) that
 //! leaves with -2 keeps its partitions until its session runs out; a member
 //! joining with its instance id takes them over, and is refused
 //! (UNRELEASED_INSTANCE_ID) while the holder is still in the group. Not

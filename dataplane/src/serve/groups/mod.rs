@@ -617,8 +617,9 @@ impl GroupCoordinator {
             return Reply::Now(JoinResult::error(INCONSISTENT_GROUP_PROTOCOL, ""));
         }
         if !self.yield_empty_consumer_group(&req.group_id) {
-            // Kafka: a consumer group with members takes no classic member
-            // here (no online migration between the protocols).
+            // Kafka with `group.consumer.migration.policy=disabled`: no
+            // classic member in a consumer group with members (Kafka 4's
+            // online migration is not done here).
             return fail(INCONSISTENT_GROUP_PROTOCOL);
         }
         if !(self.config.min_session_timeout_ms..=self.config.max_session_timeout_ms).contains(&req.session_timeout_ms)
