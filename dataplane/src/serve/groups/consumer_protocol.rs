@@ -480,7 +480,10 @@ impl GroupCoordinator {
         topics: &dyn Fn(&str) -> Option<TopicMetadata>,
         now: Instant,
     ) -> HeartbeatResult {
+        let group_id = req.group_id.clone();
         let result = self.consumer_heartbeat_inner(req, topics, now);
+        // A refused first join leaves no group behind.
+        self.forget_consumer_group_if_unused(&group_id);
         self.deadlines_changed.notify(usize::MAX);
         result
     }
@@ -552,7 +555,6 @@ impl GroupCoordinator {
                 member = req.member_id,
                 "member left the consumer group"
             );
-            self.forget_consumer_group_if_unused(&group_id);
             return HeartbeatResult {
                 member_id: req.member_id,
                 member_epoch: req.member_epoch,
