@@ -145,6 +145,13 @@ fn epochs_fence_and_leaving_frees_partitions() {
     assert_eq!(commit(&mut c, "b", 1), UNKNOWN_MEMBER_ID);
     assert_eq!(commit(&mut c, "", -1), UNKNOWN_MEMBER_ID, "not while it has members");
     assert_eq!(commit(&mut c, "a", 1), NONE);
+    // The same checks for offsets committed in a transaction.
+    let txn = |c: &mut GroupCoordinator, member: &str, epoch: i32| {
+        c.txn_commit("g", 7, epoch, member, vec![((TOPIC.into(), 1), offset.clone())])[0]
+    };
+    assert_eq!(txn(&mut c, "a", 0), STALE_MEMBER_EPOCH);
+    assert_eq!(txn(&mut c, "", -1), UNKNOWN_MEMBER_ID);
+    assert_eq!(txn(&mut c, "a", 1), NONE);
     assert_eq!(c.consumer_fetch_error("g", Some("a"), 0), STALE_MEMBER_EPOCH);
     assert_eq!(c.consumer_fetch_error("g", None, -1), NONE);
     // A classic member cannot join while a has the group.
