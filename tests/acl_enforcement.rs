@@ -25,7 +25,8 @@ use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::{
-    ApiKey, CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse,
+    CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeAclsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
     FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
     MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
@@ -368,6 +369,23 @@ fn acls_are_enforced_for_real_clients() {
             &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("sg"))]),
         )
         .expect("ShareGroupDescribe");
+    assert_eq!(r.groups[0].error_code, GROUP_AUTHORIZATION_FAILED);
+    // KIP-848: READ on the group to heartbeat, DESCRIBE to describe it.
+    let r: ConsumerGroupHeartbeatResponse = bob
+        .request(
+            ApiKey::ConsumerGroupHeartbeat as i16,
+            1,
+            &common::consumer_group_join(GROUP, "bob-1", TOPIC),
+        )
+        .expect("ConsumerGroupHeartbeat");
+    assert_eq!(r.error_code, GROUP_AUTHORIZATION_FAILED);
+    let r: ConsumerGroupDescribeResponse = bob
+        .request(
+            ApiKey::ConsumerGroupDescribe as i16,
+            1,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(GROUP))]),
+        )
+        .expect("ConsumerGroupDescribe");
     assert_eq!(r.groups[0].error_code, GROUP_AUTHORIZATION_FAILED);
     // With READ on the group, the topic is what bob lacks.
     let bob_group = acl(

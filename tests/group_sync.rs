@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    ApiKey, ConsumerGroupHeartbeatResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, OffsetFetchRequest,
+    OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -387,6 +388,57 @@ fn an_agent_source_lists_its_groups_and_the_filter_applies() {
     assert_eq!(group_state(&dest, "tmp-scratch"), "Dead");
 
     drop(live);
+    b.stop().expect("stop B");
+    a.stop().expect("stop A");
+}
+
+/// A KIP-848 group with a member at the destination is active there, though
+/// DescribeGroups does not know it (Dead): the sync asks
+/// ConsumerGroupDescribe and leaves the group alone; once the member left,
+/// the offsets are synced.
+#[test]
+fn a_consumer_protocol_group_active_at_the_destination_is_left_alone() {
+    const GROUP: &str = "g-848";
+    let dir_a = tempfile::tempdir().expect("temp dir");
+    let a = Agent::start(common::serving_config(dir_a.path(), "")).expect("agent A");
+    let source = a.listener_addr().expect("listening").to_string();
+    let dir_b = tempfile::tempdir().expect("temp dir");
+    let b = Agent::start(common::serving_config(dir_b.path(), "")).expect("agent B");
+    let dest = b.listener_addr().expect("listening").to_string();
+    for addr in [&source, &dest] {
+        common::create_topic(addr, TOPIC, PARTITIONS, DEADLINE);
+    }
+    common::admin_commit(&source, GROUP, TOPIC, &[(0, 5, 0), (1, 6, 0), (2, 7, 0)], "");
+
+    let mut member = KafkaConnection::connect(&dest, IO_TIMEOUT).expect("connect");
+    let joined: ConsumerGroupHeartbeatResponse = member
+        .request(
+            ApiKey::ConsumerGroupHeartbeat as i16,
+            1,
+            &common::consumer_group_join(GROUP, "m-1", TOPIC),
+        )
+        .expect("ConsumerGroupHeartbeat");
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1));
+    assert_eq!(group_state(&dest, GROUP), "Dead", "DescribeGroups does not know it");
+    let filter = GroupFilter::new(Vec::<String>::new(), Some(".*"), None).expect("filter");
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
+    assert_eq!(
+        report.outcome(GROUP),
+        Some(&GroupOutcome::Active { state: "Stable".into() })
+    );
+    assert!(committed(&dest, GROUP).is_empty());
+
+    let leave = common::consumer_group_join(GROUP, "m-1", TOPIC)
+        .with_member_epoch(-1)
+        .with_subscribed_topic_names(None)
+        .with_topic_partitions(None);
+    let left: ConsumerGroupHeartbeatResponse = member
+        .request(ApiKey::ConsumerGroupHeartbeat as i16, 1, &leave)
+        .expect("ConsumerGroupHeartbeat");
+    assert_eq!(left.error_code, 0);
+    let report = common::sync_groups(&source, &dest, mirrored(), &filter);
+    assert_eq!(common::synced(&report, GROUP), (3, 0), "{report:?}");
+    assert_eq!(committed(&dest, GROUP).len(), 3);
     b.stop().expect("stop B");
     a.stop().expect("stop A");
 }

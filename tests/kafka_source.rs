@@ -15,7 +15,10 @@
 //!   reads at both isolation levels what it reads at the source;
 //!   kafka-topics, kafka-get-offsets, kafka-configs, kafka-consumer-groups,
 //!   kafka-acls, kafka-broker-api-versions and kafka-log-dirs work against
-//!   the agent and agree with Kafka where both answer.
+//!   the agent and agree with Kafka where both answer. A consumer group
+//!   (classic, and KIP-848's `group.protocol=consumer`) that read part of a
+//!   topic at Kafka resumes at our listener, after `mirror stop`, exactly at
+//!   the offsets synced from Kafka.
 //! - **A topic deleted at Kafka** is stopped only after the confirmation
 //!   window (shown pending meanwhile, the absence confirmed by more than one
 //!   of Kafka's brokers), with its data kept and served.
@@ -916,6 +919,80 @@ fn a_java_consumer_group_fails_over_to_our_listener_with_no_gap_and_no_duplicate
     all.sort();
     let mut everything = consume(&c.bootstrap, "resume", "read_uncommitted");
     everything.sort();
+    assert_eq!(all, everything, "first at Kafka, the rest here: every record once");
+    agent.stop().expect("clean stop");
+}
+
+/// KIP-848 (issue 17 item 2): a group of Kafka's Java consumers with
+/// `group.protocol=consumer` reads part of a topic at Kafka and commits;
+/// the mirror syncs the group's offsets; after `mirror stop` the same group,
+/// on the same protocol at our listener, goes on exactly at those offsets.
+#[test]
+fn a_consumer_protocol_group_resumes_at_the_synced_offsets_after_failover() {
+    const TOPIC: &str = "resume-848";
+    const GROUP: &str = "resumers-848";
+    let _steady = steady();
+    let c = cluster();
+    c.create_topic(TOPIC, 2, &[]);
+    produce(TOPIC, &["--count", "120", "--batch", "--keys", "40"]);
+    let member = |bootstrap: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--group",
+            GROUP,
+            "--topic",
+            TOPIC,
+            "--protocol",
+            "consumer",
+            "--idle-ms",
+            "3000",
+        ];
+        args.extend_from_slice(extra);
+        common::workloads::member_records(&driver("group-member", bootstrap, &args))
+    };
+    let first = member(&c.bootstrap, &["--max", "70"]);
+    assert_eq!(first.len(), 70);
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = mirror(&dir.path().join("data"), &[TOPIC]);
+    wait_caught_up(&agent, TOPIC, 2);
+    let ours = agent.listener_addr().expect("listening").to_string();
+    let next_offsets = |bootstrap: &str| common::committed_offsets(bootstrap, GROUP, TOPIC, 2);
+    // At Kafka, through the tool (it finds the group's coordinator).
+    let described = kafka_tool(GROUPS_COMMAND, &c.bootstrap, &["--describe", "--group", GROUP]);
+    let at_kafka: BTreeMap<i32, i64> = described
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 4 && f[1] == TOPIC).then(|| (f[2].parse().expect("partition"), f[3].parse().expect("offset")))
+        })
+        .collect();
+    assert_eq!(at_kafka.values().sum::<i64>(), 70, "{described}");
+    common::wait_until(DEADLINE, "the group's offsets synced", || {
+        let here = next_offsets(&ours);
+        if here == at_kafka {
+            Ok(())
+        } else {
+            Err(format!("{here:?}"))
+        }
+    });
+
+    agent
+        .admin(ringmirror_control::admin::AdminRequest::Stop {
+            mirror: "dr".into(),
+            topics: vec![TOPIC.into()],
+        })
+        .expect("mirror stop");
+    common::kafka::wait_failed_over(&agent, TOPIC, 2, DEADLINE);
+    assert_eq!(
+        next_offsets(&ours),
+        at_kafka,
+        "failover keeps offsets within the mirrored log"
+    );
+
+    let rest = member(&ours, &[]);
+    let mut all: Vec<(i32, i64)> = first.iter().chain(&rest).copied().collect();
+    all.sort();
+    let everything = common::workloads::member_records(&consume(&c.bootstrap, TOPIC, "read_uncommitted"));
     assert_eq!(all, everything, "first at Kafka, the rest here: every record once");
     agent.stop().expect("clean stop");
 }

@@ -35,11 +35,11 @@ use kafka_protocol::messages::describe_share_group_offsets_request::{
 };
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::{
-    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
-    DeleteGroupsRequest, DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
-    GroupId, ListGroupsRequest, ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse, ShareGroupDescribeRequest,
-    ShareGroupDescribeResponse, TopicName,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, GroupId, ListGroupsRequest,
+    ListGroupsResponse, OffsetFetchRequest, OffsetFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::ClientConfig;
@@ -265,14 +265,7 @@ fn mirrored() -> BTreeSet<(String, i32)> {
 fn assert_share_group_apis(addr: &str) {
     // ApiVersions lists them (DescribeShareGroupOffsets, Alter…, Delete…,
     // ShareGroupDescribe v1) and no share consumer API.
-    let versions: ApiVersionsResponse = conn(addr)
-        .request(ApiKey::ApiVersions as i16, 3, &ApiVersionsRequest::default())
-        .expect("ApiVersions");
-    let advertised: BTreeMap<i16, (i16, i16)> = versions
-        .api_keys
-        .iter()
-        .map(|k| (k.api_key, (k.min_version, k.max_version)))
-        .collect();
+    let advertised = conn(addr).advertised_versions();
     // v1 of DescribeShareGroupOffsets adds each partition's lag (KIP-1226).
     assert_eq!(
         advertised.get(&(ApiKey::DescribeShareGroupOffsets as i16)),

@@ -76,3 +76,8 @@ pub const PRODUCER_FENCED: i16 = 90;
 pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 pub const TRANSACTION_ABORTABLE: i16 = 120;
 pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
+// KIP-848's consumer group protocol (Kafka's `Errors`).
+pub const FENCED_MEMBER_EPOCH: i16 = 110;
+pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+pub const STALE_MEMBER_EPOCH: i16 = 113;

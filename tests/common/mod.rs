@@ -375,6 +375,22 @@ impl KafkaConnection {
         self
     }
 
+    /// The versions advertised in ApiVersions (v3): (min, max) by API key.
+    pub fn advertised_versions(&mut self) -> BTreeMap<i16, (i16, i16)> {
+        let versions: kafka_protocol::messages::ApiVersionsResponse = self
+            .request(
+                kafka_protocol::messages::ApiKey::ApiVersions as i16,
+                3,
+                &kafka_protocol::messages::ApiVersionsRequest::default(),
+            )
+            .expect("ApiVersions");
+        versions
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect()
+    }
+
     /// Sends one request and decodes its response (any API and version
     /// the `kafka-protocol` crate knows).
     pub fn request<Req: Encodable + HeaderVersion, Resp: Decodable + HeaderVersion>(
@@ -1382,6 +1398,23 @@ pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) 
         .filter(|p| p.committed_offset >= 0)
         .map(|p| (p.partition_index, p.committed_offset))
         .collect()
+}
+
+/// A KIP-848 member's first ConsumerGroupHeartbeat (epoch 0) in `group`,
+/// subscribed to `topic`; `member` empty lets the coordinator name it (v0).
+pub fn consumer_group_join(
+    group: &str,
+    member: &str,
+    topic: &str,
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatRequest {
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_member_id(StrBytes::from_string(member.to_owned()))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(topic.to_owned()))]))
+        .with_topic_partitions(Some(Vec::new()))
 }
 
 /// Every ACL `addr` describes (DescribeAcls v3, any filter).

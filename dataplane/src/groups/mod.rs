@@ -26,6 +26,10 @@
 //! ([`store`]). Static membership (`group.instance.id`) is not implemented:
 //! such members are treated as dynamic ones.
 //!
+//! **Consumer groups** of KIP-848's protocol (ConsumerGroupHeartbeat,
+//! server-side assignors) live beside the classic ones on the same shard
+//! and share the offset store ([`consumer_protocol`], [`assignors`]).
+//!
 //! Offsets committed in a transaction (TxnOffsetCommit) wait for its end
 //! ([`txn_offsets`]).
 //!
@@ -42,6 +46,8 @@
 //! an OffsetCommit and an OffsetFetch (GROUP_ID_NOT_FOUND) of a share
 //! group's id; DescribeGroups describes a share group as not found.
 
+pub mod assignors;
+pub mod consumer_protocol;
 pub mod shards;
 pub mod share_store;
 pub mod store;
@@ -78,6 +84,10 @@ pub struct GroupConfig {
     /// The offsets log is compacted once larger than this (and more than
     /// twice its live records).
     pub compact_min_bytes: u64,
+    /// `group.consumer.session.timeout.ms`
+    pub consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub consumer_heartbeat_interval_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -86,6 +96,8 @@ impl Default for GroupConfig {
             min_session_timeout_ms: 6000,
             max_session_timeout_ms: 1_800_000,
             compact_min_bytes: 16 << 20,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
         }
     }
 }
@@ -194,6 +206,8 @@ pub enum GroupType {
     Classic,
     /// A KIP-932 share group (start offsets only here).
     Share,
+    /// A KIP-848 consumer group ([`consumer_protocol`]).
+    Consumer,
 }
 
 impl GroupType {
@@ -201,6 +215,7 @@ impl GroupType {
         match self {
             Self::Classic => "classic",
             Self::Share => "share",
+            Self::Consumer => "consumer",
         }
     }
 }
@@ -214,7 +229,10 @@ pub struct GroupListing {
     pub group_id: String,
     pub group_type: GroupType,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// The state's name, as Kafka lists it (a classic group's
+    /// [`GroupState`], a consumer group's
+    /// [`consumer_protocol::ConsumerGroupState`]).
+    pub state: &'static str,
 }
 
 /// A share group as ShareGroupDescribe shows it (always Empty here).
@@ -504,6 +522,17 @@ pub struct GroupCoordinator {
     deadlines_changed: Event,
     /// Offsets of open transactions ([`txn_offsets`]).
     txn_offsets: txn_offsets::PendingTxnOffsets,
+    /// KIP-848 consumer groups; never a name in `groups` or `shares`.
+    consumer_groups: HashMap<String, consumer_protocol::ConsumerGroup>,
+}
+
+/// The ids of the groups with a deadline due at `now`.
+fn due_groups<G>(groups: &HashMap<String, G>, now: Instant, deadline: impl Fn(&G) -> Option<Instant>) -> Vec<String> {
+    groups
+        .iter()
+        .filter(|(_, g)| deadline(g).is_some_and(|d| d <= now))
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 fn ms(v: i32) -> Duration {
@@ -538,6 +567,7 @@ impl GroupCoordinator {
             member_seq: 0,
             deadlines_changed: Event::new(),
             txn_offsets: txn_offsets::PendingTxnOffsets::new(),
+            consumer_groups: HashMap::new(),
         })
     }
 
@@ -585,6 +615,12 @@ impl GroupCoordinator {
         if self.shares.contains(&req.group_id) {
             // Kafka: "Group exists but it's not a consumer group".
             return Reply::Now(JoinResult::error(INCONSISTENT_GROUP_PROTOCOL, ""));
+        }
+        if !self.yield_empty_consumer_group(&req.group_id) {
+            // Kafka with `group.consumer.migration.policy=disabled`: no
+            // classic member in a consumer group with members (Kafka 4's
+            // online migration is not done here).
+            return fail(INCONSISTENT_GROUP_PROTOCOL);
         }
         if !(self.config.min_session_timeout_ms..=self.config.max_session_timeout_ms).contains(&req.session_timeout_ms)
         {
@@ -794,13 +830,8 @@ impl GroupCoordinator {
     /// Applies the deadlines due at `now`: expired sessions and pending
     /// members are removed, join phases past their rebalance timeout end.
     pub fn tick(&mut self, now: Instant) {
-        let due: Vec<String> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.next_deadline().is_some_and(|d| d <= now))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in due {
+        self.tick_consumer_groups(now);
+        for id in due_groups(&self.groups, now, Group::next_deadline) {
             let group = self.groups.get_mut(&id).expect("listed above");
             group.pending.retain(|_, deadline| *deadline > now);
             let expired: Vec<String> = group
@@ -823,7 +854,8 @@ impl GroupCoordinator {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.groups.values().filter_map(Group::next_deadline).min()
+        let classic = self.groups.values().filter_map(Group::next_deadline).min();
+        classic.into_iter().chain(self.next_consumer_group_deadline()).min()
     }
 
     /// OffsetCommit: an error per partition, in order. Offsets are flushed
@@ -844,7 +876,15 @@ impl GroupCoordinator {
             // Kafka: "Group … is not a consumer group."
             return all(GROUP_ID_NOT_FOUND);
         }
+        if let Some(consumer) = self.consumer_groups.get(group_id) {
+            // The member's epoch, not a generation ([`consumer_protocol`]).
+            let code = consumer.commit_error(member_id, generation);
+            if code != NONE {
+                return all(code);
+            }
+        }
         let created = match self.groups.get_mut(group_id) {
+            _ if self.consumer_groups.contains_key(group_id) => false,
             // Simple (standalone) consumers commit without a generation.
             None if generation < 0 => {
                 self.groups.insert(group_id.to_owned(), Group::new());
@@ -964,15 +1004,15 @@ impl GroupCoordinator {
             group_id: id.clone(),
             group_type: GroupType::Classic,
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            state: g.state,
+            state: g.state.name(),
         });
         let share = self.shares.groups().map(|(id, _)| GroupListing {
             group_id: id.clone(),
             group_type: GroupType::Share,
             protocol_type: SHARE_PROTOCOL_TYPE.to_owned(),
-            state: GroupState::Empty,
+            state: GroupState::Empty.name(),
         });
-        let mut out: Vec<GroupListing> = classic.chain(share).collect();
+        let mut out: Vec<GroupListing> = classic.chain(share).chain(self.consumer_group_listings()).collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
@@ -998,7 +1038,7 @@ impl GroupCoordinator {
         if !storable_group_id(group_id) {
             return Err(INVALID_GROUP_ID);
         }
-        if self.groups.contains_key(group_id) {
+        if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
             return Err(GROUP_ID_NOT_FOUND);
         }
         if offsets.is_empty() {
@@ -1060,7 +1100,7 @@ impl GroupCoordinator {
                 group_epoch: g.epoch,
             });
         }
-        let message = if self.groups.contains_key(group_id) {
+        let message = if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
             format!("Group {group_id} is not a share group.")
         } else {
             format!("Group {group_id} not found.")
@@ -1107,16 +1147,19 @@ impl GroupCoordinator {
                 }
             };
         }
-        let Some(group) = self.groups.get(group_id) else {
-            return GROUP_ID_NOT_FOUND;
+        let empty = match (self.consumer_groups.get(group_id), self.groups.get(group_id)) {
+            (Some(consumer), _) => consumer.members.is_empty(),
+            (None, Some(classic)) => classic.state == GroupState::Empty && classic.members.is_empty(),
+            (None, None) => return GROUP_ID_NOT_FOUND,
         };
-        if group.state != GroupState::Empty || !group.members.is_empty() {
+        if !empty {
             return NON_EMPTY_GROUP;
         }
         if let Err(e) = self.store.delete_group(group_id) {
             tracing::error!(shard = self.shard, group = group_id, error = %e, "cannot delete group offsets");
             return COORDINATOR_NOT_AVAILABLE;
         }
+        self.consumer_groups.remove(group_id);
         self.groups.remove(group_id);
         NONE
     }

@@ -26,7 +26,8 @@ pub type PendingTxnOffsets = HashMap<i64, BTreeMap<String, BTreeMap<(String, i32
 impl GroupCoordinator {
     /// TxnOffsetCommit (its transaction already verified): an error per
     /// partition, in order. The member and generation, when given, are
-    /// checked as Kafka's `GroupCoordinator.doTxnCommitOffsets` checks them.
+    /// checked as Kafka's `GroupCoordinator.doTxnCommitOffsets` checks them;
+    /// in a KIP-848 group, the member's epoch as an OffsetCommit's.
     pub fn txn_commit(
         &mut self,
         group_id: &str,
@@ -41,6 +42,13 @@ impl GroupCoordinator {
         }
         if self.shares.contains(group_id) {
             return all(GROUP_ID_NOT_FOUND);
+        }
+        if let Some(consumer) = self.consumer_groups.get(group_id) {
+            // Kafka's `ConsumerGroup.validateOffsetCommit`, transactional.
+            let code = consumer.commit_error(member_id, generation);
+            if code != NONE {
+                return all(code);
+            }
         }
         if let Some(group) = self.groups.get(group_id) {
             if !member_id.is_empty() && group.member(member_id).is_none() {

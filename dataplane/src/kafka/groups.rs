@@ -108,13 +108,13 @@ async fn run_timers(coordinator: Rc<RefCell<GroupCoordinator>>) {
     }
 }
 
-fn s(v: &str) -> StrBytes {
+pub(super) fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
 /// Runs `f` on the coordinator of `group`'s shard; `None` when it is not
 /// available (no coordinator there, or the shard has ended).
-async fn on_coordinator<R, F>(access: &ShardAccess, group: &str, f: F) -> Option<R>
+pub(super) async fn on_coordinator<R, F>(access: &ShardAccess, group: &str, f: F) -> Option<R>
 where
     R: Send + 'static,
     F: FnOnce(&mut GroupCoordinator, Instant) -> R + Send + 'static,
@@ -492,6 +492,8 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             let body = DeleteGroupsResponse::default().with_results(results);
             conn.respond(ApiKey::DeleteGroups, version, id, &body).await
         }
+        GroupRequest::ConsumerGroupHeartbeat(r) => super::consumer_groups::heartbeat(conn, header, r).await,
+        GroupRequest::ConsumerGroupDescribe(r) => super::consumer_groups::describe(conn, header, r).await,
         GroupRequest::ShareGroupDescribe(mut r) => {
             // DESCRIBE on each group (Kafka's handleShareGroupDescribe):
             // the refused first, then the others.
@@ -997,22 +999,30 @@ type Wanted = Option<Vec<(String, Vec<i32>)>>;
 /// Committed offsets per topic, in order, each with its partition's error
 /// (UNSTABLE_OFFSET_COMMIT while a transaction holds one, when asked).
 type ByTopic = Vec<(String, Vec<(i32, Option<CommittedOffset>, i16)>)>;
+/// The member id and epoch an OffsetFetch v9+ names; (None, -1) before.
+type FetchingMember = (Option<String>, i32);
 
 /// `None` when the group's coordinator is not available; the group's
 /// error (GROUP_ID_NOT_FOUND for a share group, as Kafka's "Group … is not
-/// a consumer group") otherwise.
+/// a consumer group"; a consumer-protocol member's UNKNOWN_MEMBER_ID or
+/// STALE_MEMBER_EPOCH) otherwise.
 /// With `require_stable`, a partition an open transaction holds an offset
 /// of is answered UNSTABLE_OFFSET_COMMIT and no offset (Kafka's
 /// `GroupMetadataManager.getOffsets`).
 async fn committed(
     access: &ShardAccess,
     group: String,
+    member: FetchingMember,
     wanted: Wanted,
     require_stable: bool,
 ) -> Option<Result<ByTopic, i16>> {
     on_coordinator(access, &group.clone(), move |c, _| {
         if c.is_share_group(&group) {
             return Err(GROUP_ID_NOT_FOUND);
+        }
+        let code = c.consumer_fetch_error(&group, member.0.as_deref(), member.1);
+        if code != NONE {
+            return Err(code);
         }
         let flat: Option<Vec<(String, i32)>> = wanted.as_ref().map(|topics| {
             topics
@@ -1057,7 +1067,15 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
             let topics = g
                 .topics
                 .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
-            let found = committed(access, g.group_id.0.to_string(), wanted(topics), r.require_stable).await;
+            let member = (g.member_id.map(|m| m.to_string()), g.member_epoch);
+            let found = committed(
+                access,
+                g.group_id.0.to_string(),
+                member,
+                wanted(topics),
+                r.require_stable,
+            )
+            .await;
             let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
             let found = match found {
                 Some(Ok(found)) => found,
@@ -1098,7 +1116,14 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
         .topics
         .map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
     let asked: Vec<(String, Vec<i32>)> = wanted(topics.clone()).unwrap_or_default();
-    let found = committed(access, r.group_id.0.to_string(), wanted(topics), r.require_stable).await;
+    let found = committed(
+        access,
+        r.group_id.0.to_string(),
+        (None, -1),
+        wanted(topics),
+        r.require_stable,
+    )
+    .await;
     // v1 has no top-level error: a group's error is said per partition.
     let group_error = match found {
         Some(Ok(found)) => Ok(found),
@@ -1142,8 +1167,8 @@ async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFetchRequest)
 /// Every shard's groups, filtered by state (v4+) and type (v5+). As
 /// Kafka's `GroupMetadataManager.listGroups`: no types filter (every
 /// version below 5) lists groups of every type, share groups with their
-/// protocol type "share"; a filter lists the named types (matched without
-/// case; "consumer" and unknown types name none of ours).
+/// protocol type "share", KIP-848 ones with "consumer"; a filter lists the
+/// named types (matched without case; unknown types name none of ours).
 async fn list_groups(access: &ShardAccess, version: i16, r: &ListGroupsRequest) -> ListGroupsResponse {
     let mut error = NONE;
     let mut groups = BTreeMap::new();
@@ -1174,13 +1199,13 @@ pub(crate) fn list_groups_response(
     let groups = groups
         .into_iter()
         .filter(|g| wanted(g.group_type))
-        .filter(|g| states.is_empty() || states.iter().any(|st| *st == g.state.name().to_lowercase()))
+        .filter(|g| states.is_empty() || states.iter().any(|st| *st == g.state.to_lowercase()))
         .map(|g| {
             let mut listed = ListedGroup::default()
                 .with_group_id(GroupId(s(&g.group_id)))
                 .with_protocol_type(s(&g.protocol_type));
             if version >= 4 {
-                listed = listed.with_group_state(s(g.state.name()));
+                listed = listed.with_group_state(s(g.state));
             }
             if version >= 5 {
                 listed = listed.with_group_type(s(g.group_type.name()));

@@ -11,11 +11,14 @@
 //! * [`fetch`] — Fetch: reads on the owning shard, long polls.
 //! * [`write`] — local topics (CreateTopics, CreatePartitions, DeleteTopics)
 //!   and Produce.
-//! * [`groups`] — the group APIs, answered by each group's coordinator.
+//! * [`groups`] — the group APIs, answered by each group's coordinator;
+//!   [`consumer_groups`] — KIP-848's ConsumerGroupHeartbeat and
+//!   ConsumerGroupDescribe.
 //! * [`transactions`] — the transaction APIs, each shard's transaction
 //!   coordinator, its timer and markers.
 //! * [`log_dirs`] — DescribeLogDirs.
 
+mod consumer_groups;
 mod fetch;
 pub mod groups;
 mod handlers;

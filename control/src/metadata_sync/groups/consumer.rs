@@ -1,6 +1,8 @@
 //! Consumer groups' committed offsets: OffsetFetch at the source, the
-//! destination's group states (DescribeGroups: only an inactive group takes
-//! an admin commit), and the admin commit (OffsetCommit, generation -1).
+//! destination's group states (DescribeGroups, and ConsumerGroupDescribe
+//! for KIP-848 groups, which DescribeGroups does not know: only an inactive
+//! group takes an admin commit), and the admin commit (OffsetCommit,
+//! generation -1).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,8 +11,8 @@ use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    TopicName,
+    ApiKey, ConsumerGroupDescribeRequest, DescribeGroupsRequest, GroupId, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use ringmirror_dataplane::client::{ClientError, Connection};
@@ -22,8 +24,8 @@ use super::offsets::{
     written,
 };
 use super::{
-    ADMIN_GENERATION, CONSUMER_GROUP, DESCRIBE_GROUPS_VERSIONS, GROUPS_PER_REQUEST, GroupOutcome, GroupSyncReport,
-    OFFSET_COMMIT_VERSIONS, OFFSET_FETCH_VERSIONS, SHARE_GROUP, conflict, fail, s,
+    ADMIN_GENERATION, CONSUMER_GROUP, CONSUMER_GROUP_DESCRIBE_VERSIONS, DESCRIBE_GROUPS_VERSIONS, GROUPS_PER_REQUEST,
+    GroupOutcome, GroupSyncReport, OFFSET_COMMIT_VERSIONS, OFFSET_FETCH_VERSIONS, SHARE_GROUP, conflict, fail, s,
 };
 
 /// A committed offset as OffsetFetch answers it.
@@ -182,6 +184,26 @@ pub(super) async fn destination_states(
                 },
             };
             out.insert(group.clone(), state);
+        }
+    }
+    // A KIP-848 group is Dead to DescribeGroups: its state is
+    // ConsumerGroupDescribe's, where the destination serves it.
+    if !destination.advertises(ApiKey::ConsumerGroupDescribe as i16) {
+        return Ok(out);
+    }
+    let (min, max) = CONSUMER_GROUP_DESCRIBE_VERSIONS;
+    let version = destination.version_for::<ConsumerGroupDescribeRequest>(min, max)?;
+    let unknown: Vec<String> = out
+        .iter()
+        .filter(|(_, state)| state.as_deref().is_ok_and(|st| st.eq_ignore_ascii_case("Dead")))
+        .map(|(group, _)| group.clone())
+        .collect();
+    for batch in unknown.chunks(GROUPS_PER_REQUEST) {
+        let request =
+            ConsumerGroupDescribeRequest::default().with_group_ids(batch.iter().map(|g| GroupId(s(g))).collect());
+        let response = destination.request(&request, version).await?;
+        for described in response.groups.iter().filter(|d| d.error_code == codes::NONE) {
+            out.insert(described.group_id.0.to_string(), Ok(described.group_state.to_string()));
         }
     }
     Ok(out)
