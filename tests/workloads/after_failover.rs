@@ -21,7 +21,7 @@ use ringmirror_control::admin::AdminRequest;
 use ringmirror_storage::log::TopicPartition;
 
 use crate::common;
-use crate::common::kafka::{driver, kafka_tool};
+use crate::common::kafka::kafka_tool;
 use crate::connect::{ConnectScenario, ConnectView, kafka_connect_view};
 use crate::scenarios::*;
 
@@ -203,26 +203,8 @@ fn transactions_run_on_a_failed_over_topic_and_one_open_at_the_source_is_aborted
     let c = cluster();
     c.create_topic(TOPIC, 1, &[]);
     let produce = |id: &str, outcome: &str, keys: &str, count: &str| {
-        driver(
-            "produce",
-            &c.bootstrap,
-            &[
-                "--topic",
-                TOPIC,
-                "--partition",
-                "0",
-                "--transactional",
-                id,
-                "--txn",
-                outcome,
-                "--key-prefix",
-                keys,
-                "--count",
-                count,
-                "--prop",
-                "transaction.timeout.ms=900000",
-            ],
-        )
+        let long_timeout = ["--prop", "transaction.timeout.ms=900000"];
+        produce_transaction(&c.bootstrap, TOPIC, id, outcome, keys, count, &long_timeout)
     };
     produce("wl-fo-source-commit", "commit", "s", "6");
     produce("wl-fo-source-open", "open", "u", "4");

@@ -352,6 +352,37 @@ pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
+/// One transaction of `count` records (keys `<keys><i>`) to partition 0 of
+/// `topic` at `bootstrap` by the transactional id `id`, ended by `outcome`
+/// (commit, abort, or open: the producer halts with it open); `extra` are
+/// more driver arguments. The driver's lines.
+pub fn produce_transaction(
+    bootstrap: &str,
+    topic: &str,
+    id: &str,
+    outcome: &str,
+    keys: &str,
+    count: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--transactional",
+        id,
+        "--txn",
+        outcome,
+        "--key-prefix",
+        keys,
+        "--count",
+        count,
+    ];
+    args.extend_from_slice(extra);
+    driver("produce", bootstrap, &args)
+}
+
 /// Runs every transaction scenario against partition 0 of `topic` at
 /// `bootstrap` (records from `from_offset` on), with transactional ids
 /// `<TXN_PREFIX>-…`, in this order: a committed transaction, an aborted one,
@@ -362,23 +393,7 @@ pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
 pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> TxnView {
     let id = |name: &str| format!("{TXN_PREFIX}-{name}");
     let produce = |name: &str, outcome: &str, keys: &str, count: &str, extra: &[&str]| {
-        let txn = id(name);
-        let mut args = vec![
-            "--topic",
-            topic,
-            "--partition",
-            "0",
-            "--transactional",
-            txn.as_str(),
-            "--txn",
-            outcome,
-            "--key-prefix",
-            keys,
-            "--count",
-            count,
-        ];
-        args.extend_from_slice(extra);
-        driver("produce", bootstrap, &args)
+        produce_transaction(bootstrap, topic, &id(name), outcome, keys, count, extra)
     };
     produce("commit", "commit", "c", "5", &[]);
     produce("abort", "abort", "x", "4", &[]);
