@@ -1,22 +1,14 @@
-//! KIP-848's consumer group protocol at a plain agent (issue 17 item 2):
-//! Kafka's own Java consumer with `group.protocol=consumer` joins, shares
-//! a local topic on a second member's join, takes it back when that member
-//! leaves, commits, and a new member resumes from the committed offsets —
-//! the scenario of `tests/common/workloads.rs` that
-//! `tests/kafka_workloads.rs` runs at Apache Kafka 4.3.1 as the reference,
-//! with the same checks (no record read twice, every record read,
-//! `kafka-consumer-groups --describe` showing lag 0). And the protocol's
-//! APIs through raw requests: advertised versions, a heartbeat at each
-//! version, ConsumerGroupDescribe and ListGroups of a consumer group, and
-//! Kafka's answers where a group id belongs to the classic protocol.
+//! KIP-848's consumer group protocol at a plain agent (issue 17 item 2),
+//! through raw requests: advertised versions, a heartbeat at each version,
+//! ConsumerGroupDescribe and ListGroups of a consumer group, and Kafka's
+//! answers where a group id belongs to the classic protocol. Kafka's own
+//! Java consumer with `group.protocol=consumer` runs the workloads'
+//! KIP-848 scenario at the agent in `tests/workloads/at_the_agent.rs`.
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::kafka::{driver, kafka_tool};
-use common::workloads::*;
 use kafka_protocol::messages::{
     ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
@@ -31,32 +23,6 @@ fn start_agent(dir: &std::path::Path) -> (ringmirror::agent::Agent, String) {
     let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.join("data"), "")).expect("agent");
     let addr = agent.listener_addr().expect("listening").to_string();
     (agent, addr)
-}
-
-#[test]
-fn java_consumers_on_the_consumer_protocol_join_rebalance_commit_and_resume() {
-    let _turn = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let (agent, ours) = start_agent(dir.path());
-    let (topic, group) = ("wl-848-agent", "wl-848-agent-group");
-    driver(
-        "create-topic",
-        &ours,
-        &["--topic", topic, "--partitions", "4", "--replication", "1"],
-    );
-    driver("produce", &ours, &["--topic", topic, "--count", "120", "--idempotent"]);
-    let read = kip848_join_rebalance_commit_resume(&ours, topic, group);
-    let unique: BTreeSet<(i32, i64)> = read.iter().copied().collect();
-    assert_eq!(unique.len(), read.len(), "no record read twice");
-    assert_eq!(unique.len(), 120 + 40 + 30, "every record read");
-    let described = kafka_tool(GROUPS_COMMAND, &ours, &["--describe", "--group", group]);
-    let lag: Vec<&str> = described
-        .lines()
-        .filter(|l| l.contains(&format!("{topic} ")))
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .collect();
-    assert_eq!(lag, vec!["0"; 4], "committed to the end: {described}");
-    agent.stop().expect("clean stop");
 }
 
 fn heartbeat(

@@ -947,7 +947,7 @@ fn a_consumer_protocol_group_resumes_at_the_synced_offsets_after_failover() {
             "3000",
         ];
         args.extend_from_slice(extra);
-        common::workloads::member_records(&driver("group-member", bootstrap, &args))
+        common::kafka::member_records(&driver("group-member", bootstrap, &args))
     };
     let first = member(&c.bootstrap, &["--max", "70"]);
     assert_eq!(first.len(), 70);
@@ -992,7 +992,7 @@ fn a_consumer_protocol_group_resumes_at_the_synced_offsets_after_failover() {
     let rest = member(&ours, &[]);
     let mut all: Vec<(i32, i64)> = first.iter().chain(&rest).copied().collect();
     all.sort();
-    let everything = common::workloads::member_records(&consume(&c.bootstrap, TOPIC, "read_uncommitted"));
+    let everything = common::kafka::member_records(&consume(&c.bootstrap, TOPIC, "read_uncommitted"));
     assert_eq!(all, everything, "first at Kafka, the rest here: every record once");
     agent.stop().expect("clean stop");
 }

@@ -29,7 +29,6 @@ pub mod metadata_proxy;
 pub mod pki;
 pub mod rewriting_proxy;
 pub mod tansu;
-pub mod workloads;
 
 /// Whole batches as (base offset, bytes), in log order.
 pub type Batches = Vec<(i64, Vec<u8>)>;

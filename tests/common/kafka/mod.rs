@@ -102,3 +102,19 @@ pub fn wait_failed_over(
         }
     })
 }
+
+/// (partition, offset) of the `record` lines the Java driver's
+/// `group-member` and `consume` commands print.
+pub fn member_records(lines: &[String]) -> Vec<(i32, i64)> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("record "))
+        .map(|l| {
+            let mut f = l.split(' ');
+            (
+                f.next().and_then(|p| p.parse().ok()).expect("partition"),
+                f.next().and_then(|o| o.parse().ok()).expect("offset"),
+            )
+        })
+        .collect()
+}

@@ -27,7 +27,7 @@ import org.apache.kafka.streams.kstream.Produced;
 
 /**
  * A Kafka Streams application with exactly-once processing (the workload of
- * {@code tests/kafka_workloads.rs}) and the input it counts.
+ * {@code tests/workloads/}) and the input it counts.
  *
  * <p>The application reads {@code --input} (keys {@code k<i>}, values
  * {@code w<i % words>}), groups the records by value — a repartition topic,

@@ -20,7 +20,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Transactional producers in the situations a transaction coordinator must
- * get right (the workloads of {@code tests/kafka_workloads.rs}): a zombie
+ * get right (the workloads of {@code tests/workloads/}): a zombie
  * fenced by a newer producer with its transactional id, a transaction the
  * coordinator aborts when it outlives {@code transaction.timeout.ms}, and a
  * transaction held open until the test says how to end it (across a

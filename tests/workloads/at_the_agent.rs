@@ -1,54 +1,29 @@
-//! Transactions at the agent (issue 17 item 1), with Kafka's own Java
-//! client and tool against a plain agent's local topics: the transaction
-//! scenarios of `tests/common/workloads.rs` (commit, abort, a zombie
+//! The workloads at a plain agent, on local topics, with Kafka's own Java
+//! clients and tools: the transaction scenarios (commit, abort, a zombie
 //! fenced, a transaction the coordinator times out, one left open) show
 //! what they show at Apache Kafka 4.3.1 — the READ_COMMITTED and
 //! READ_UNCOMMITTED views, the producers' answers, `kafka-transactions
-//! list` and `describe`. Kafka's answers come from the reference run of the
-//! same scenarios (a KRaft cluster started once per test binary). And an
+//! list` and `describe`, compared with the reference run at Kafka; an
 //! agent killed (SIGKILL) under an open transaction: after its restart the
 //! transaction completes (or is aborted by its timeout), the last stable
-//! offset moves, nothing is left hanging. And Kafka Streams with
-//! `exactly_once_v2` counting at the agent across a crash of the
-//! application. Every wait is bounded and waits on a condition.
-
-mod common;
+//! offset moves, nothing is left hanging; Kafka Streams with
+//! `exactly_once_v2` counting across a crash of the application; a Kafka
+//! Connect worker with its config, offset and status topics here; a
+//! KIP-848 group joining, rebalancing, committing and resuming.
 
 use std::path::Path;
-use std::time::Duration;
 
-use common::kafka::{driver, kafka_tool, spawn_driver};
-use common::workloads::*;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use crate::common;
+use crate::common::kafka::{driver, kafka_tool, spawn_driver};
+use crate::connect::{ConnectScenario, kafka_connect_view};
+use crate::scenarios::*;
 
 #[test]
 fn transaction_scenarios_at_the_agent_show_what_kafka_shows() {
     let _turn = one_at_a_time();
-    let at_kafka = kafka_txn_view().clone();
     let dir = tempfile::tempdir().unwrap();
-    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
-    let ours = agent.listener_addr().expect("listening").to_string();
-    driver(
-        "create-topic",
-        &ours,
-        &["--topic", "wl-txn-agent", "--partitions", "1", "--replication", "1"],
-    );
-    let mut here = transaction_scenarios(&ours, "wl-txn-agent", 0);
-    // The late commit of the timed-out transaction is the one answer that
-    // depends on the transaction version. The reference cluster finalizes
-    // version 2, where the coordinator's fencing epoch counts as the
-    // producer's next one and the commit meets CompleteAbort
-    // (INVALID_TXN_STATE); the agent answers as Kafka at version 1
-    // (`TransactionCoordinator.endTransactionWithTV1`: an epoch older than
-    // the coordinator's is PRODUCER_FENCED). Either way the commit fails.
-    assert_eq!(
-        here.timed_out.1, "org.apache.kafka.common.errors.ProducerFencedException",
-        "{here:#?}"
-    );
-    here.timed_out.1 = at_kafka.timed_out.1.clone();
-    assert_eq!(here, at_kafka, "as at Kafka");
+    let (agent, ours) = local_agent(dir.path(), &[("wl-txn-agent", 1)]);
+    assert_txn_view_as_at_kafka(transaction_scenarios(&ours, "wl-txn-agent", 0));
     agent.stop().expect("clean stop");
 }
 
@@ -73,27 +48,6 @@ fn start_agent_process(config: &Path, log: &Path, bootstrap: &str) -> common::Ch
             .map_err(|e| e.to_string())
     });
     agent
-}
-
-/// (log end offset, last stable offset) of partition 0 of `topic`.
-fn end_offsets(bootstrap: &str, topic: &str) -> (i64, i64) {
-    let mut c = common::KafkaConnection::connect(bootstrap, Duration::from_secs(10)).expect("connect");
-    let mut latest = |isolation_level: i8| {
-        let request = ListOffsetsRequest::default()
-            .with_isolation_level(isolation_level)
-            .with_topics(vec![
-                ListOffsetsTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partitions(vec![
-                        ListOffsetsPartition::default()
-                            .with_partition_index(0)
-                            .with_timestamp(-1),
-                    ]),
-            ]);
-        let r: ListOffsetsResponse = c.request(ApiKey::ListOffsets as i16, 5, &request).expect("ListOffsets");
-        r.topics[0].partitions[0].offset
-    };
-    (latest(0), latest(1))
 }
 
 /// The producer holds a transaction open (5 records sent) when the agent
@@ -138,7 +92,7 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
         ],
     );
     holder.wait_for_line(DEADLINE, "the transaction is open", |l| l == "holding");
-    let (end, stable) = end_offsets(&bootstrap, TOPIC);
+    let (end, stable) = end_offsets(&bootstrap, TOPIC, 0);
     assert_eq!((end, stable), (5, 0), "five records in an open transaction");
     let status = agent.kill();
     assert_eq!(
@@ -168,7 +122,7 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
         }
     });
     common::wait_until(DEADLINE, "the last stable offset reaches the log end", || {
-        let (end, stable) = end_offsets(&bootstrap, TOPIC);
+        let (end, stable) = end_offsets(&bootstrap, TOPIC, 0);
         if end == stable && end == 6 {
             Ok(())
         } else {
@@ -193,7 +147,7 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
 }
 
 /// Kafka Streams with `exactly_once_v2` at the agent, on local topics: the
-/// same count as at Kafka (`kafka_workloads.rs`' reference), its
+/// same count as at Kafka (the reference in `at_kafka`), its
 /// application killed mid-stream with a transaction open and a new
 /// instance (empty state) restoring from the changelog: each count is
 /// output once.
@@ -202,21 +156,44 @@ fn kafka_streams_exactly_once_at_the_agent_counts_each_record_once_across_a_cras
     const RECORDS: usize = 300;
     let _turn = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.path().join("data"), "")).expect("agent");
-    let ours = agent.listener_addr().expect("listening").to_string();
     let app = StreamsApp::new("wl-streams-agent");
-    for topic in [&app.input, &app.output] {
-        driver(
-            "create-topic",
-            &ours,
-            &["--topic", topic, "--partitions", "3", "--replication", "1"],
-        );
-    }
+    let (agent, ours) = local_agent(dir.path(), &[(&app.input, 3), (&app.output, 3)]);
     streams_input(&ours, &app.input, 0, RECORDS);
 
     app.run_across_a_crash(&ours, dir.path(), RECORDS);
     let counts = app.counts(&ours);
     assert_eq!(duplicates(&counts), vec![], "no count output twice");
     assert_eq!(counts, expected_counts(0..RECORDS), "each word counted 1…n, once each");
+    agent.stop().expect("clean stop");
+}
+
+/// Kafka Connect needs no transactions (exactly-once source support is
+/// off by default): its config, offset and status topics are local
+/// compacted topics at our listener, its workers a classic group with
+/// protocol type "connect". The same worker and connectors as at Kafka,
+/// through the same restart, show the same.
+#[test]
+fn connect_worker_at_the_agent_keeps_connectors_offsets_and_statuses_across_a_restart() {
+    let _turn = one_at_a_time();
+    let at_kafka = kafka_connect_view().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = ConnectScenario::new("wl-connect-agent", dir.path());
+    let (agent, ours) = local_agent(dir.path(), &[(&scenario.lines_topic(), 1)]);
+    let here = scenario.run(&ours);
+    assert_eq!(here, at_kafka, "as at Kafka");
+    agent.stop().expect("clean stop");
+}
+
+/// Kafka's Java consumer with `group.protocol=consumer` (KIP-848) on a
+/// local topic: the scenario and checks of the reference run at Kafka (no
+/// record read twice, every record read, lag 0 in `kafka-consumer-groups
+/// --describe`).
+#[test]
+fn java_consumers_on_the_consumer_protocol_join_rebalance_commit_and_resume() {
+    let _turn = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let (topic, group) = ("wl-848-agent", "wl-848-agent-group");
+    let (agent, ours) = local_agent(dir.path(), &[(topic, 4)]);
+    kip848_group_reads_every_record_once(&ours, topic, group);
     agent.stop().expect("clean stop");
 }

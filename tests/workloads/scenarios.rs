@@ -1,23 +1,29 @@
-//! Workloads Kafka runs, driven with Kafka's own libraries (the Java
-//! driver's `streams-count`, `txn-*` and `group-member` commands), for the
-//! tests that run them at Apache Kafka and at the agent
-//! (`tests/kafka_workloads.rs`, and `tests/kafka_failover_workloads.rs`
-//! after a failover): a Kafka Streams count with exactly-once processing
-//! and what its output must be, the transaction scenarios and what a
-//! cluster shows of them, a KIP-848 group's join, rebalance, commit and
-//! resume. Each scenario runs against any bootstrap address and returns
-//! what it saw, without what differs between two clusters (ids, times);
-//! the tests compare.
+//! The workloads Kafka runs, driven with Kafka's own libraries (the Java
+//! driver's `streams-count`, `txn-*` and `group-member` commands): a Kafka
+//! Streams count with exactly-once processing and what its output must
+//! be, the transaction scenarios and what a cluster shows of them, a
+//! KIP-848 group's join, rebalance, commit and resume — and the test
+//! binary's shared Kafka cluster ([`cluster`]), the reference views
+//! computed there once, and a plain agent to run them at ([`local_agent`]).
+//! Each scenario runs against any bootstrap address and returns what it
+//! saw, without what differs between two clusters (ids, times); the tests
+//! compare.
 //!
-//! It only drives clients and reads what they print; the cluster is the
-//! test binary's shared one ([`cluster`]), and every wait is bounded.
+//! It only drives clients and reads what they print; every wait is bounded.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use super::kafka::{Background, KafkaCluster, KafkaClusterSpec, driver, kafka_tool, spawn_driver};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::common;
+use crate::common::kafka::{
+    Background, KafkaCluster, KafkaClusterSpec, driver, kafka_tool, member_records, spawn_driver,
+};
 
 /// Bounds each wait of these tests on Kafka, the agent or a workload.
 pub const DEADLINE: Duration = Duration::from_secs(90);
@@ -41,6 +47,29 @@ pub fn cluster() -> &'static KafkaCluster {
             .with("group.consumer.min.session.timeout.ms", "6000")
             .with("group.consumer.session.timeout.ms", "6000")
     })
+}
+
+/// A plain agent (two shards, mirroring nothing) serving on loopback with
+/// its data under `dir`, with `topics` (name, partitions) created at it by
+/// Kafka's admin client; and its listener's address.
+pub fn local_agent(dir: &Path, topics: &[(&str, i32)]) -> (ringmirror::agent::Agent, String) {
+    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.join("data"), "")).expect("agent");
+    let bootstrap = agent.listener_addr().expect("listening").to_string();
+    for (topic, partitions) in topics {
+        driver(
+            "create-topic",
+            &bootstrap,
+            &[
+                "--topic",
+                topic,
+                "--partitions",
+                &partitions.to_string(),
+                "--replication",
+                "1",
+            ],
+        );
+    }
+    (agent, bootstrap)
 }
 
 pub const TRANSACTIONS_COMMAND: &str = "org.apache.kafka.tools.TransactionsCommand";
@@ -92,6 +121,27 @@ pub fn read(bootstrap: &str, topic: &str, isolation: &str, values: &str) -> Vec<
             "2500",
         ],
     ))
+}
+
+/// (log end offset, last stable offset) of `topic`-`partition` at `bootstrap`.
+pub fn end_offsets(bootstrap: &str, topic: &str, partition: i32) -> (i64, i64) {
+    let mut c = common::KafkaConnection::connect(bootstrap, Duration::from_secs(10)).expect("connect");
+    let mut latest = |isolation_level: i8| {
+        let request = ListOffsetsRequest::default()
+            .with_isolation_level(isolation_level)
+            .with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partitions(vec![
+                        ListOffsetsPartition::default()
+                            .with_partition_index(partition)
+                            .with_timestamp(-1),
+                    ]),
+            ]);
+        let r: ListOffsetsResponse = c.request(ApiKey::ListOffsets as i16, 5, &request).expect("ListOffsets");
+        r.topics[0].partitions[0].offset
+    };
+    (latest(0), latest(1))
 }
 
 // ---------------------------------------------------------------------------
@@ -157,9 +207,17 @@ impl StreamsApp {
     /// (SIGKILL, a transaction open), then runs a new instance (empty
     /// state: restored from the changelog) until it has been idle 4 s.
     pub fn run_across_a_crash(&self, bootstrap: &str, dir: &Path, records: usize) {
+        self.run_until_killed(bootstrap, dir, records);
+        self.run_until_idle(bootstrap, dir);
+    }
+
+    /// Runs the application at `bootstrap` (each record held 10 ms) until
+    /// a third of the `records` input records are processed, and kills it
+    /// (SIGKILL, a transaction open).
+    pub fn run_until_killed(&self, bootstrap: &str, dir: &Path, records: usize) {
         let mut first = self.start(bootstrap, dir, 10, 0);
         first.wait_for_line(DEADLINE, "RUNNING", |l| l == "state RUNNING");
-        super::wait_until(DEADLINE, "a third of the input processed", || {
+        common::wait_until(DEADLINE, "a third of the input processed", || {
             let n = processed(&first);
             if n >= records / 3 {
                 Ok(())
@@ -168,21 +226,15 @@ impl StreamsApp {
             }
         });
         first.kill();
+    }
+
+    /// Runs a new instance at `bootstrap` (empty state: restored from the
+    /// changelog, input read from the group's committed offsets) until it
+    /// has been idle 4 s.
+    pub fn run_until_idle(&self, bootstrap: &str, dir: &Path) {
         let second = self.start(bootstrap, dir, 0, 4000);
         let (status, lines) = second.wait_exit(DEADLINE * 2);
         assert!(status.success(), "{status}: {lines:#?}");
-    }
-
-    /// The input index `i` (key `k<i>`) of every input record at
-    /// `bootstrap`, by (partition, offset).
-    pub fn input_at(&self, bootstrap: &str) -> BTreeMap<(i32, i64), usize> {
-        read(bootstrap, &self.input, "read_uncommitted", "string")
-            .into_iter()
-            .map(|r| {
-                let i = r.key.strip_prefix('k').and_then(|i| i.parse().ok()).expect("key k<i>");
-                ((r.partition, r.offset), i)
-            })
-            .collect()
     }
 
     /// (word, count) of every output record read committed at `bootstrap`, sorted.
@@ -302,6 +354,37 @@ pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
+/// One transaction of `count` records (keys `<keys><i>`) to partition 0 of
+/// `topic` at `bootstrap` by the transactional id `id`, ended by `outcome`
+/// (commit, abort, or open: the producer halts with it open); `extra` are
+/// more driver arguments. The driver's lines.
+pub fn produce_transaction(
+    bootstrap: &str,
+    topic: &str,
+    id: &str,
+    outcome: &str,
+    keys: &str,
+    count: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--transactional",
+        id,
+        "--txn",
+        outcome,
+        "--key-prefix",
+        keys,
+        "--count",
+        count,
+    ];
+    args.extend_from_slice(extra);
+    driver("produce", bootstrap, &args)
+}
+
 /// Runs every transaction scenario against partition 0 of `topic` at
 /// `bootstrap` (records from `from_offset` on), with transactional ids
 /// `<TXN_PREFIX>-…`, in this order: a committed transaction, an aborted one,
@@ -312,23 +395,7 @@ pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
 pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> TxnView {
     let id = |name: &str| format!("{TXN_PREFIX}-{name}");
     let produce = |name: &str, outcome: &str, keys: &str, count: &str, extra: &[&str]| {
-        let txn = id(name);
-        let mut args = vec![
-            "--topic",
-            topic,
-            "--partition",
-            "0",
-            "--transactional",
-            txn.as_str(),
-            "--txn",
-            outcome,
-            "--key-prefix",
-            keys,
-            "--count",
-            count,
-        ];
-        args.extend_from_slice(extra);
-        driver("produce", bootstrap, &args)
+        produce_transaction(bootstrap, topic, &id(name), outcome, keys, count, extra)
     };
     produce("commit", "commit", "c", "5", &[]);
     produce("abort", "abort", "x", "4", &[]);
@@ -439,6 +506,24 @@ pub fn kafka_txn_view() -> &'static TxnView {
     })
 }
 
+/// Asserts that `here`, the scenarios at the agent, shows what they show at
+/// Kafka. The late commit of the timed-out transaction is the one answer
+/// that depends on the transaction version: the reference cluster
+/// finalizes version 2, where the coordinator's fencing epoch counts as
+/// the producer's next one and the commit meets CompleteAbort
+/// (INVALID_TXN_STATE); the agent answers as Kafka at version 1
+/// (`TransactionCoordinator.endTransactionWithTV1`: an epoch older than the
+/// coordinator's is PRODUCER_FENCED). Either way the commit fails.
+pub fn assert_txn_view_as_at_kafka(mut here: TxnView) {
+    let at_kafka = kafka_txn_view();
+    assert_eq!(
+        here.timed_out.1, "org.apache.kafka.common.errors.ProducerFencedException",
+        "{here:#?}"
+    );
+    here.timed_out.1 = at_kafka.timed_out.1.clone();
+    assert_eq!(&here, at_kafka, "as at Kafka");
+}
+
 // ---------------------------------------------------------------------------
 // Consumer groups on KIP-848's protocol
 // ---------------------------------------------------------------------------
@@ -455,7 +540,7 @@ pub fn assignment(member: &Background) -> BTreeSet<i32> {
 }
 
 pub fn wait_assigned(member: &Background, what: &str, wanted: impl Fn(&BTreeSet<i32>) -> bool) -> BTreeSet<i32> {
-    super::wait_until(DEADLINE, what, || {
+    common::wait_until(DEADLINE, what, || {
         let a = assignment(member);
         if wanted(&a) {
             Ok(a)
@@ -474,21 +559,6 @@ pub fn start_member(bootstrap: &str, group: &str, topic: &str, extra: &[&str]) -
     let mut args = vec!["--group", group, "--topic", topic, "--protocol", "consumer"];
     args.extend_from_slice(extra);
     spawn_driver("group-member", bootstrap, &args)
-}
-
-/// (partition, offset) of a member's `record` lines.
-pub fn member_records(lines: &[String]) -> Vec<(i32, i64)> {
-    lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("record "))
-        .map(|l| {
-            let mut f = l.split(' ');
-            (
-                f.next().and_then(|p| p.parse().ok()).expect("partition"),
-                f.next().and_then(|o| o.parse().ok()).expect("offset"),
-            )
-        })
-        .collect()
 }
 
 /// A KIP-848 group on `topic` (4 partitions, `first` records already in
@@ -521,7 +591,7 @@ pub fn kip848_join_rebalance_commit_resume(bootstrap: &str, topic: &str, group: 
             (p.parse().expect("partition"), o.parse().expect("offset"))
         })
         .collect();
-    super::wait_until(DEADLINE, "A reads and commits the new records", || {
+    common::wait_until(DEADLINE, "A reads and commits the new records", || {
         let read: BTreeSet<(i32, i64)> = member_records(&a.lines()).into_iter().collect();
         if read.is_superset(&more) {
             Ok(())
@@ -550,4 +620,27 @@ pub fn kip848_join_rebalance_commit_resume(bootstrap: &str, topic: &str, group: 
     );
     read.extend(resumed);
     read
+}
+
+/// The KIP-848 scenario on `topic` (4 partitions, empty) at `bootstrap`,
+/// with 120 records in it first, and what it must show wherever it runs:
+/// no record read twice, every record read, and the group committed to the
+/// end (lag 0 on each partition in `kafka-consumer-groups --describe`).
+pub fn kip848_group_reads_every_record_once(bootstrap: &str, topic: &str, group: &str) {
+    driver(
+        "produce",
+        bootstrap,
+        &["--topic", topic, "--count", "120", "--idempotent"],
+    );
+    let read = kip848_join_rebalance_commit_resume(bootstrap, topic, group);
+    let unique: BTreeSet<(i32, i64)> = read.iter().copied().collect();
+    assert_eq!(unique.len(), read.len(), "no record read twice");
+    assert_eq!(unique.len(), 120 + 40 + 30, "every record read");
+    let described = kafka_tool(GROUPS_COMMAND, bootstrap, &["--describe", "--group", group]);
+    let lag: Vec<&str> = described
+        .lines()
+        .filter(|l| l.contains(&format!("{topic} ")))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    assert_eq!(lag, vec!["0"; 4], "committed to the end: {described}");
 }
