@@ -160,6 +160,11 @@ pub struct ConsumerGroup {
     partition_epochs: HashMap<(Uuid, i32), i32>,
     /// The subscribed topics that exist, by name.
     subscription: BTreeMap<String, TopicMetadata>,
+    /// The topic names members subscribe to; `None` after a member came,
+    /// went or changed its subscription (recomputed on the next refresh,
+    /// so a steady heartbeat costs a lookup per subscribed topic, not a
+    /// walk over every member).
+    subscribed_names: Option<BTreeSet<String>>,
 }
 
 /// A consumer group as ConsumerGroupDescribe shows it.
@@ -245,8 +250,14 @@ impl ConsumerGroup {
 
     /// Stores `member`, keeping the partition epochs in step.
     fn put(&mut self, member: ConsumerMember) {
-        if let Some(old) = self.members.remove(&member.id) {
-            self.release(&old);
+        match self.members.remove(&member.id) {
+            Some(old) => {
+                self.release(&old);
+                if old.subscribed_topics != member.subscribed_topics {
+                    self.subscribed_names = None;
+                }
+            }
+            None => self.subscribed_names = None,
         }
         self.hold(&member);
         self.members.insert(member.id.clone(), member);
@@ -257,6 +268,7 @@ impl ConsumerGroup {
             return false;
         };
         self.release(&old);
+        self.subscribed_names = None;
         self.target.remove(member_id);
         self.group_epoch += 1;
         true
@@ -268,6 +280,7 @@ impl ConsumerGroup {
     fn take_over(&mut self, old: &str, new_id: &str) -> ConsumerMember {
         let mut member = self.members.remove(old).expect("a member");
         self.release(&member);
+        self.subscribed_names = None;
         if let Some(target) = self.target.remove(old) {
             self.target.insert(new_id.to_owned(), target);
         }
@@ -278,9 +291,15 @@ impl ConsumerGroup {
 
     /// Re-reads the subscribed topics; a change bumps the group epoch.
     fn refresh_subscription(&mut self, topics: &dyn Fn(&str) -> Option<TopicMetadata>) -> bool {
-        let names: BTreeSet<&String> = self.members.values().flat_map(|m| &m.subscribed_topics).collect();
+        let members = &self.members;
+        let names = self.subscribed_names.get_or_insert_with(|| {
+            members
+                .values()
+                .flat_map(|m| m.subscribed_topics.iter().cloned())
+                .collect()
+        });
         let subscription: BTreeMap<String, TopicMetadata> = names
-            .into_iter()
+            .iter()
             .filter_map(|name| topics(name).map(|t| (name.clone(), t)))
             .collect();
         let changed = subscription != self.subscription;
