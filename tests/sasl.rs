@@ -189,10 +189,20 @@ fn produce(addr: &str, topic: &str, partitions: i32, count: u64, seed: u64) {
 /// Every batch of each partition of `topic`, exactly as `conn`'s Fetches
 /// see them, by partition.
 fn batches(conn: &mut KafkaConnection, topic: &str, partitions: i32) -> BTreeMap<i32, common::Batches> {
+    try_batches(conn, topic, partitions).expect("fetch")
+}
+
+/// [`batches`], or the first Fetch error (e.g. a partition an agent does
+/// not serve yet, just after its start or a mirror's creation).
+fn try_batches(
+    conn: &mut KafkaConnection,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, common::Batches>, String> {
     (0..partitions)
         .map(|p| {
-            let (responses, _) = conn.fetch_all(topic, p, 0, 10_000).expect("fetch");
-            (p, responses.into_iter().flatten().collect())
+            let (responses, _) = conn.fetch_all(topic, p, 0, 10_000).map_err(|e| e.to_string())?;
+            Ok((p, responses.into_iter().flatten().collect()))
         })
         .collect()
 }
@@ -592,7 +602,10 @@ fn wait_mirrored(a: &str, b: &str, topic: &str, partitions: i32) {
     let theirs = batches(&mut alice(a), topic, partitions);
     assert!(theirs.values().all(|b| !b.is_empty()), "{topic}: nothing at A");
     common::wait_until(DEADLINE, &format!("B mirrors {topic} byte for byte"), || {
-        let ours = batches(&mut reader(b), topic, partitions);
+        // Until B serves the topic (it places a new mirror's partitions,
+        // and a restarted agent opens them, after it answers), a Fetch
+        // there is refused: waited on like a lag.
+        let ours = try_batches(&mut reader(b), topic, partitions)?;
         if ours == theirs {
             Ok(())
         } else {
