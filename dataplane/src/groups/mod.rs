@@ -30,8 +30,8 @@
 //! server-side assignors) live beside the classic ones on the same shard
 //! and share the offset store ([`consumer_protocol`], [`assignors`]).
 //!
-//! Offsets committed in a transaction (TxnOffsetCommit) wait for its end
-//! ([`txn_offsets`]).
+//! Offsets committed in a transaction (TxnOffsetCommit) wait for its end,
+//! persisted pending in the offset store ([`txn_offsets`]).
 //!
 //! **Share groups** (KIP-932) are held for their start offsets only, as
 //! Kafka's admin API sees them (AlterShareGroupOffsets,
@@ -520,8 +520,6 @@ pub struct GroupCoordinator {
     /// Notified when a deadline may have moved earlier, so the timer task
     /// (in [`crate::kafka::groups`]) recomputes its sleep.
     deadlines_changed: Event,
-    /// Offsets of open transactions ([`txn_offsets`]).
-    txn_offsets: txn_offsets::PendingTxnOffsets,
     /// KIP-848 consumer groups; never a name in `groups` or `shares`.
     consumer_groups: HashMap<String, consumer_protocol::ConsumerGroup>,
 }
@@ -546,6 +544,35 @@ fn storable_group_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= ringmirror_storage::limits::STRING_BYTES_MAX
 }
 
+/// Writes `offsets` with `write`, all but those whose metadata is over
+/// Kafka's `offset.metadata.max.bytes` (OFFSET_METADATA_TOO_LARGE): an
+/// error code per partition, in order; a failed write is
+/// COORDINATOR_NOT_AVAILABLE (retriable) for each it held.
+fn store_offsets(
+    shard: usize,
+    group_id: &str,
+    offsets: Vec<((String, i32), CommittedOffset)>,
+    write: impl FnOnce(Vec<((String, i32), CommittedOffset)>) -> store::StoreResult<()>,
+) -> Vec<i16> {
+    let mut codes = Vec::with_capacity(offsets.len());
+    let mut accepted = Vec::with_capacity(offsets.len());
+    for (tp, v) in offsets {
+        if v.metadata.len() > store::METADATA_MAX_BYTES {
+            codes.push(OFFSET_METADATA_TOO_LARGE);
+        } else {
+            codes.push(NONE);
+            accepted.push((tp, v));
+        }
+    }
+    if let Err(e) = write(accepted) {
+        tracing::error!(shard, group = group_id, error = %e, "cannot store offsets");
+        for c in codes.iter_mut().filter(|c| **c == NONE) {
+            *c = COORDINATOR_NOT_AVAILABLE;
+        }
+    }
+    codes
+}
+
 impl GroupCoordinator {
     /// Opens shard `shard`'s offsets and share groups under `data_dir`;
     /// every group with committed offsets exists, Empty.
@@ -566,7 +593,6 @@ impl GroupCoordinator {
             shares,
             member_seq: 0,
             deadlines_changed: Event::new(),
-            txn_offsets: txn_offsets::PendingTxnOffsets::new(),
             consumer_groups: HashMap::new(),
         })
     }
@@ -908,22 +934,9 @@ impl GroupCoordinator {
                 false
             }
         };
-        let mut codes = Vec::with_capacity(offsets.len());
-        let mut accepted = Vec::with_capacity(offsets.len());
-        for (tp, v) in offsets {
-            if v.metadata.len() > store::METADATA_MAX_BYTES {
-                codes.push(OFFSET_METADATA_TOO_LARGE);
-            } else {
-                codes.push(NONE);
-                accepted.push((tp, v));
-            }
-        }
-        if let Err(e) = self.store.commit(group_id, accepted) {
-            tracing::error!(shard = self.shard, group = group_id, error = %e, "cannot store committed offsets");
-            for c in codes.iter_mut().filter(|c| **c == NONE) {
-                *c = COORDINATOR_NOT_AVAILABLE;
-            }
-        }
+        let codes = store_offsets(self.shard, group_id, offsets, |accepted| {
+            self.store.commit(group_id, accepted)
+        });
         if created {
             self.forget_if_unused(group_id);
         }

@@ -75,6 +75,14 @@ fn sync(
     )
 }
 
+/// The offset `group` has committed for `tp`, if any.
+fn committed_offset(c: &GroupCoordinator, group: &str, tp: &(String, i32)) -> Option<i64> {
+    c.committed(group, Some(std::slice::from_ref(tp)))[0]
+        .1
+        .as_ref()
+        .map(|v| v.offset)
+}
+
 fn offset(o: i64) -> CommittedOffset {
     CommittedOffset {
         offset: o,
@@ -200,13 +208,7 @@ fn generation_and_member_checks() {
         c.commit("g", 2, &b, vec![(tp.clone(), offset(9))], t0),
         [REBALANCE_IN_PROGRESS]
     );
-    assert_eq!(
-        c.committed("g", Some(std::slice::from_ref(&tp)))[0]
-            .1
-            .as_ref()
-            .map(|v| v.offset),
-        Some(5)
-    );
+    assert_eq!(committed_offset(&c, "g", &tp), Some(5));
 }
 
 #[test]
@@ -672,23 +674,13 @@ fn transactional_offsets_wait_for_their_transaction_and_follow_its_end() {
     assert_eq!(c.txn_commit("g", 7, -1, "", vec![(tp.clone(), offset(5))]), [NONE]);
     assert_eq!(c.txn_commit("g", 8, -1, "", vec![(tp.clone(), offset(9))]), [NONE]);
     assert!(c.has_pending_txn_offset("g", &tp));
-    assert_eq!(
-        c.committed("g", Some(std::slice::from_ref(&tp)))[0].1,
-        None,
-        "pending, not committed"
-    );
+    assert_eq!(committed_offset(&c, "g", &tp), None, "pending, not committed");
     // Producer 8 aborts: its offset is dropped, 7's still pending.
     assert!(c.complete_txn_offsets(8, false));
     assert!(c.has_pending_txn_offset("g", &tp));
     assert!(c.complete_txn_offsets(7, true));
     assert!(!c.has_pending_txn_offset("g", &tp));
-    assert_eq!(
-        c.committed("g", Some(std::slice::from_ref(&tp)))[0]
-            .1
-            .as_ref()
-            .map(|v| v.offset),
-        Some(5)
-    );
+    assert_eq!(committed_offset(&c, "g", &tp), Some(5));
     // Persisted as any commit; the group is listed.
     drop(c);
     let c = coordinator(dir.path());
@@ -712,4 +704,33 @@ fn a_transactional_commit_names_a_member_and_generation_the_group_knows() {
         [ILLEGAL_GENERATION]
     );
     assert_eq!(c.txn_commit("g", 1, 1, &member, vec![(tp, offset(1))]), [NONE]);
+}
+
+#[test]
+fn transactional_offsets_pending_at_a_restart_are_decided_by_the_marker_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = ("t".to_string(), 0);
+    let mut c = coordinator(dir.path());
+    assert_eq!(c.txn_commit("g", 7, -1, "", vec![(tp.clone(), offset(5))]), [NONE]);
+    assert_eq!(c.txn_commit("g", 8, -1, "", vec![(tp.clone(), offset(9))]), [NONE]);
+    drop(c);
+
+    let mut c = coordinator(dir.path());
+    assert!(
+        c.has_pending_txn_offset("g", &tp),
+        "still pending: require_stable waits"
+    );
+    assert_eq!(committed_offset(&c, "g", &tp), None);
+    // Producer 8's transaction was aborted (or timed out) meanwhile.
+    assert!(c.complete_txn_offsets(8, false));
+    assert!(c.has_pending_txn_offset("g", &tp));
+    // Producer 7's COMMIT, re-sent by the transaction coordinator's reload.
+    assert!(c.complete_txn_offsets(7, true));
+    assert!(!c.has_pending_txn_offset("g", &tp));
+    assert!(c.list().iter().any(|g| g.group_id == "g"));
+    drop(c);
+
+    let c = coordinator(dir.path());
+    assert!(!c.has_pending_txn_offset("g", &tp));
+    assert_eq!(committed_offset(&c, "g", &tp), Some(5));
 }

@@ -6,22 +6,22 @@
 //! OffsetFetch with `require_stable` is answered UNSTABLE_OFFSET_COMMIT for
 //! the partition.
 //!
-//! Pending offsets are kept in memory: a restart of the agent drops them,
-//! and the transaction's commit, if it comes after the restart, commits the
-//! partitions' records without these offsets (its consumers re-read from
-//! the offsets committed before).
-
-use std::collections::{BTreeMap, HashMap};
+//! Pending offsets are persisted in the shard's offset store before
+//! TxnOffsetCommit is answered, and their end (committed values and the
+//! pending keys' tombstones) in one batch before the marker is
+//! acknowledged ([`super::store`] says why that order survives a crash).
+//! A restart loads them back pending; the transaction coordinator, whose
+//! log is crash-safe too, re-sends the markers of transactions that were
+//! ending and times out those still open, so each is decided as it would
+//! have been without the restart: a Kafka Streams `exactly_once_v2`
+//! application's input offsets commit with its output records.
 
 use super::codes::*;
-use super::{CommittedOffset, GroupCoordinator, storable_group_id, store};
+use super::{CommittedOffset, GroupCoordinator, storable_group_id, store_offsets};
 
 /// Producer ids with pending offsets on one shard: a new one beyond this
 /// is refused (COORDINATOR_NOT_AVAILABLE, retriable) until some end.
 pub const PENDING_PRODUCERS_MAX: usize = 100_000;
-
-/// Per producer id, per group, the offsets it committed in its open transaction.
-pub type PendingTxnOffsets = HashMap<i64, BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>>;
 
 impl GroupCoordinator {
     /// TxnOffsetCommit (its transaction already verified): an error per
@@ -58,61 +58,39 @@ impl GroupCoordinator {
                 return all(ILLEGAL_GENERATION);
             }
         }
-        if !self.txn_offsets.contains_key(&producer_id) && self.txn_offsets.len() >= PENDING_PRODUCERS_MAX {
+        if !self.store.has_pending_txn(producer_id) && self.store.pending_txn_producers() >= PENDING_PRODUCERS_MAX {
             tracing::warn!(
                 shard = self.shard,
                 "refusing transactional offsets: too many open transactions"
             );
             return all(COORDINATOR_NOT_AVAILABLE);
         }
-        let pending = self
-            .txn_offsets
-            .entry(producer_id)
-            .or_default()
-            .entry(group_id.to_owned())
-            .or_default();
-        offsets
-            .into_iter()
-            .map(|(tp, v)| {
-                if v.metadata.len() > store::METADATA_MAX_BYTES {
-                    OFFSET_METADATA_TOO_LARGE
-                } else {
-                    pending.insert(tp, v);
-                    NONE
-                }
-            })
-            .collect()
+        store_offsets(self.shard, group_id, offsets, |accepted| {
+            self.store.stage_txn_offsets(group_id, producer_id, accepted)
+        })
     }
 
     /// The end of `producer_id`'s transaction for this shard's groups: its
-    /// pending offsets are committed (`commit`) or dropped. False when they
+    /// pending offsets are committed (`commit`) or dropped (Kafka's
+    /// `OffsetMetadataManager.replayEndTransactionMarker`). False when that
     /// could not be stored (they stay pending; the marker is tried again).
     pub fn complete_txn_offsets(&mut self, producer_id: i64, commit: bool) -> bool {
-        let Some(groups) = self.txn_offsets.remove(&producer_id) else {
-            return true;
-        };
-        if !commit {
-            return true;
-        }
-        let mut groups = groups.into_iter();
-        while let Some((group, offsets)) = groups.next() {
-            let offsets: Vec<_> = offsets.into_iter().collect();
-            if let Err(e) = self.store.commit(&group, offsets.clone()) {
-                tracing::error!(shard = self.shard, group, error = %e, "cannot store transactional offsets");
-                let mut left: BTreeMap<_, _> = groups.collect();
-                left.insert(group, offsets.into_iter().collect());
-                self.txn_offsets.insert(producer_id, left);
-                return false;
+        match self.store.end_txn_offsets(producer_id, commit) {
+            Ok(committed_groups) => {
+                for group in committed_groups {
+                    self.groups.entry(group).or_insert_with(super::Group::new);
+                }
+                true
             }
-            self.groups.entry(group).or_insert_with(super::Group::new);
+            Err(e) => {
+                tracing::error!(shard = self.shard, producer_id, error = %e, "cannot store the end of transactional offsets");
+                false
+            }
         }
-        true
     }
 
     /// Whether some open transaction holds an offset of `group_id` for the partition.
     pub fn has_pending_txn_offset(&self, group_id: &str, partition: &(String, i32)) -> bool {
-        self.txn_offsets
-            .values()
-            .any(|groups| groups.get(group_id).is_some_and(|o| o.contains_key(partition)))
+        self.store.has_pending_txn_offset(group_id, partition)
     }
 }
