@@ -50,17 +50,20 @@ fn start_agent_process(config: &Path, log: &Path, bootstrap: &str) -> common::Ch
     agent
 }
 
-/// The producer holds a transaction open (5 records sent) when the agent
-/// is killed; the agent restarts on the same port, and the producer then
-/// commits. The coordinator's log kept the transaction: the commit is
-/// accepted and its marker written (had it been refused, the coordinator
-/// would abort it at its timeout) — either way it ends, the last stable
-/// offset reaches the log end, and READ_COMMITTED readers see the records
-/// exactly when it committed.
+/// The producer holds a transaction open (5 records sent, and offset 5
+/// committed in it for a group) when the agent is killed; the agent
+/// restarts on the same port, and the producer then commits. The
+/// coordinator's log kept the transaction: the commit is accepted and its
+/// marker written (had it been refused, the coordinator would abort it at
+/// its timeout) — either way it ends, the last stable offset reaches the
+/// log end, READ_COMMITTED readers see the records exactly when it
+/// committed, and the group's offset, kept pending across the kill, is
+/// committed with them or dropped.
 #[test]
 fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
     const TOPIC: &str = "wl-txn-crash";
     const ID: &str = "wl-txn-crash-holder";
+    const GROUP: &str = "wl-txn-crash-group";
     let _turn = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let port = {
@@ -89,11 +92,17 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
             go.to_str().expect("utf-8 path"),
             "--count",
             "5",
+            "--offsets-group",
+            GROUP,
         ],
     );
     holder.wait_for_line(DEADLINE, "the transaction is open", |l| l == "holding");
     let (end, stable) = end_offsets(&bootstrap, TOPIC, 0);
     assert_eq!((end, stable), (5, 0), "five records in an open transaction");
+    assert!(
+        common::committed_offsets(&bootstrap, GROUP, TOPIC, 1).is_empty(),
+        "the transaction's offset is pending"
+    );
     let status = agent.kill();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
@@ -139,6 +148,11 @@ fn a_transaction_open_when_the_agent_is_killed_ends_after_its_restart() {
         Vec::new()
     };
     assert_eq!(keys, expected, "{outcome}");
+    // The offset committed in the transaction, pending across the kill,
+    // follows its outcome.
+    let offsets = common::committed_offsets(&bootstrap, GROUP, TOPIC, 1);
+    let expected_offsets = if committed { [(0, 5)].into() } else { Default::default() };
+    assert_eq!(offsets, expected_offsets, "{outcome}");
     let status = agent.kill();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),

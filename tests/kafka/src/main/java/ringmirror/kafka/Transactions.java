@@ -5,6 +5,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
@@ -12,10 +13,13 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionState;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
@@ -146,8 +150,10 @@ final class Transactions {
 
     /**
      * {@code txn-hold --topic T --transactional ID --go-file F [--count N]
-     * [--outcome commit|abort]}: begins a transaction, sends N records
-     * ({@code h<i>}), prints {@code holding}, and waits until the file F
+     * [--outcome commit|abort] [--offsets-group G]}: begins a transaction,
+     * sends N records ({@code h<i>}), with G commits offset N of T's
+     * partition 0 for group G in it (sendOffsetsToTransaction, answered
+     * before it returns), prints {@code holding}, and waits until the file F
      * exists (the test creates it — e.g. after restarting the cluster under
      * the open transaction); then commits (or aborts) and prints
      * {@code committed}/{@code aborted} or {@code failed <exception chain>}.
@@ -162,7 +168,14 @@ final class Transactions {
         try (KafkaProducer<byte[], byte[]> producer = producer(d, id, overrides)) {
             producer.initTransactions();
             producer.beginTransaction();
-            send(d, producer, "h", d.num("count", 5));
+            int count = d.num("count", 5);
+            send(d, producer, "h", count);
+            String group = d.opt("offsets-group", "");
+            if (!group.isEmpty()) {
+                producer.sendOffsetsToTransaction(
+                    Map.of(new TopicPartition(d.req("topic"), 0), new OffsetAndMetadata(count)),
+                    new ConsumerGroupMetadata(group));
+            }
             say("holding");
             long deadline = System.currentTimeMillis() + WAIT_MS_MAX;
             while (!Files.exists(go)) {
