@@ -810,7 +810,7 @@ fn describe_cluster_mirrors(
                         source_offset: p.source_offset,
                         destination_offset: p.destination_offset,
                         lag: p.lag,
-                        state: p.state.clone(),
+                        state: p.state.name().into(),
                         retry_attempt: p.retry_attempt,
                         error_message: p.error_message.clone(),
                         last_mirror_epoch: p.last_mirror_epoch.get(),
@@ -888,7 +888,7 @@ mod tests {
             source_offset: 10,
             destination_offset: 8,
             lag: 2,
-            state: "MIRRORING".into(),
+            state: crate::partition::MirrorPartitionState::Mirroring,
             last_mirror_epoch: crate::partition::LastMirrorEpoch::new(lme),
             ..PartitionReport::default()
         };
