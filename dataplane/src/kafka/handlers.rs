@@ -2,7 +2,7 @@
 //! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeLogDirs
 //! (`log_dirs.rs`),
 //! DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (answered by
-//! `acls.rs`), DescribeClusterMirrors; Produce,
+//! `security::acls`), DescribeClusterMirrors; Produce,
 //! CreateTopics and InitProducerId are in `write.rs`. Partition facts come
 //! from the owning shard's log through `ShardAccess::query`; mirror facts
 //! from the control plane's reports. With `[listener] authorizer = "acl"`
@@ -869,7 +869,7 @@ fn describe_cluster_mirrors(
     }
 }
 
-/// The stored ACLs the request's filter matches (see `acls.rs`; stored
+/// The stored ACLs the request's filter matches (see `security::acls`; stored
 /// and served, not enforced).
 fn describe_acls(acls: &crate::security::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
     crate::security::acls::describe_acls_response(acls, request)
