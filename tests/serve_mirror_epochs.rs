@@ -21,7 +21,9 @@ use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::client::mirror_epochs::last_mirror_epochs;
 use ringmirror_dataplane::client::{Connection, ConnectionOptions};
-use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorReports, PartitionReport, TopicReport};
+use ringmirror_dataplane::partition::{
+    LastMirrorEpoch, MirrorPartitionState, MirrorReport, MirrorReports, PartitionReport, TopicReport,
+};
 use ringmirror_protocol::wire::describe_cluster_mirrors::{
     API_KEY, DescribeClusterMirrorsRequest, DescribeClusterMirrorsResponse,
 };
@@ -66,7 +68,7 @@ fn partition(lme: i32, lag: i64) -> PartitionReport {
         source_offset: 100,
         destination_offset: 100 - lag,
         lag,
-        state: "MIRRORING".into(),
+        state: MirrorPartitionState::Mirroring,
         last_mirror_epoch: LastMirrorEpoch::new(lme),
         ..PartitionReport::default()
     }

@@ -74,7 +74,7 @@ impl Core {
                     source_offset: view.source_offset,
                     destination_offset: view.destination_offset,
                     lag: if view.source_offset >= 0 { view.lag_messages } else { -1 },
-                    state: view.state,
+                    state: p.record.state,
                     retry_attempt: i16::try_from(view.retry_attempt).unwrap_or(i16::MAX),
                     error_message: view.error,
                     last_mirror_epoch: LastMirrorEpoch::new(view.last_mirror_epoch),

@@ -2,7 +2,7 @@
 //! Metadata, ListOffsets, OffsetForLeaderEpoch, DescribeCluster, DescribeLogDirs
 //! (`log_dirs.rs`),
 //! DescribeConfigs, DescribeAcls, CreateAcls, DeleteAcls (answered by
-//! `acls.rs`), DescribeClusterMirrors; Produce,
+//! `security::acls`), DescribeClusterMirrors; Produce,
 //! CreateTopics and InitProducerId are in `write.rs`. Partition facts come
 //! from the owning shard's log through `ShardAccess::query`; mirror facts
 //! from the control plane's reports. With `[listener] authorizer = "acl"`
@@ -810,7 +810,7 @@ fn describe_cluster_mirrors(
                         source_offset: p.source_offset,
                         destination_offset: p.destination_offset,
                         lag: p.lag,
-                        state: p.state.clone(),
+                        state: p.state.name().into(),
                         retry_attempt: p.retry_attempt,
                         error_message: p.error_message.clone(),
                         last_mirror_epoch: p.last_mirror_epoch.get(),
@@ -869,7 +869,7 @@ fn describe_cluster_mirrors(
     }
 }
 
-/// The stored ACLs the request's filter matches (see `acls.rs`; stored
+/// The stored ACLs the request's filter matches (see `security::acls`; stored
 /// and served, not enforced).
 fn describe_acls(acls: &crate::security::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
     crate::security::acls::describe_acls_response(acls, request)
@@ -888,7 +888,7 @@ mod tests {
             source_offset: 10,
             destination_offset: 8,
             lag: 2,
-            state: "MIRRORING".into(),
+            state: crate::partition::MirrorPartitionState::Mirroring,
             last_mirror_epoch: crate::partition::LastMirrorEpoch::new(lme),
             ..PartitionReport::default()
         };

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::LastMirrorEpoch;
+use super::{LastMirrorEpoch, MirrorPartitionState};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// Every mirror's report, by mirror name.
@@ -46,8 +46,8 @@ pub struct PartitionReport {
     pub destination_offset: i64,
     /// -1 when unknown.
     pub lag: i64,
-    /// The mirror partition state's name (`MIRRORING`, `STOPPED`, …).
-    pub state: String,
+    /// The mirror partition's state; the wire carries its name.
+    pub state: MirrorPartitionState,
     /// Retries so far in FAILED.
     pub retry_attempt: i16,
     /// Why the partition failed, in FAILED.
@@ -62,7 +62,7 @@ impl Default for PartitionReport {
             source_offset: -1,
             destination_offset: -1,
             lag: -1,
-            state: "UNKNOWN".into(),
+            state: MirrorPartitionState::Unknown,
             retry_attempt: 0,
             error_message: None,
             last_mirror_epoch: LastMirrorEpoch::NONE,

@@ -10,6 +10,8 @@
 //! * [`destination_epoch`] — KIP-1279's destination leader epoch rule, one
 //!   copy for both planes.
 //! * [`last_mirror_epoch`] — KIP-1279's [`LastMirrorEpoch`] (LME).
+//! * [`mirror_partition_state`] — KIP-1279's [`MirrorPartitionState`]
+//!   machine, driven by the control plane and shown in the reports.
 //! * [`producer_ids`] — producer ids for writers of the writable topics.
 //! * [`mirror_reports`] — what the control plane reports of each mirror,
 //!   for DescribeClusterMirrors (a peer's last-mirror-epoch lookups).
@@ -17,12 +19,14 @@
 pub mod catalog;
 pub mod destination_epoch;
 pub mod last_mirror_epoch;
+pub mod mirror_partition_state;
 pub mod mirror_reports;
 pub mod producer_ids;
 pub mod registry;
 
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
 pub use last_mirror_epoch::LastMirrorEpoch;
+pub use mirror_partition_state::{InvalidTransition, MirrorPartitionState};
 pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
 pub use producer_ids::ProducerIds;
 pub use registry::{
