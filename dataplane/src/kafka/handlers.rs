@@ -869,8 +869,8 @@ fn describe_cluster_mirrors(
     }
 }
 
-/// The stored ACLs the request's filter matches (see `security::acls`; stored
-/// and served, not enforced).
+/// The stored ACLs the request's filter matches (see `security::acls`;
+/// enforced by `security::authorizer` when `authorizer = "acl"`).
 fn describe_acls(acls: &crate::security::acls::AclStore, request: &DescribeAclsRequest) -> DescribeAclsResponse {
     crate::security::acls::describe_acls_response(acls, request)
 }
