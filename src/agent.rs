@@ -26,7 +26,7 @@ use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest
 use ringmirror_control::coordinator::{CoordinatorSetup, MirrorCoordinator};
 use ringmirror_control::state_store::MirrorStateStore;
 
-use crate::config::{AGENT_SASL_USER, AgentConfig, ListenerConfig};
+use crate::config::{AGENT_SASL_USER, AgentConfig, GroupsConfig, ListenerConfig};
 use ringmirror_protocol::sasl::{Mechanism, Password, SaslClientConfig, SaslServerConfig, Secret, scram};
 
 /// glommio's default registered I/O memory per ring.
@@ -205,6 +205,7 @@ fn cluster_id(data_dir: &std::path::Path, configured: Option<&str>) -> anyhow::R
 
 fn listener_settings(
     config: &ListenerConfig,
+    groups: &GroupsConfig,
     data_dir: &std::path::Path,
 ) -> anyhow::Result<(ListenerSettings, ServerIdentity, socket2::Socket)> {
     let (reservation, bound) = reserve_port(config.address).with_context(|| format!("bind {}", config.address))?;
@@ -230,6 +231,7 @@ fn listener_settings(
         sasl: None,
         tls: config.tls()?,
         authorizer: config.authorizer_settings(),
+        groups: groups.coordinator_config(),
     };
     if settings.tls.is_some() {
         tracing::info!("the listener requires TLS");
@@ -324,7 +326,7 @@ impl Agent {
         let listener = config
             .listener
             .as_ref()
-            .map(|l| listener_settings(l, &config.data_dir))
+            .map(|l| listener_settings(l, &config.groups, &config.data_dir))
             .transpose()?;
         let mut own_sasl = None;
         let (listener_settings, identity, reservation) = match listener {

@@ -19,6 +19,10 @@
 //! name = "reader"
 //! password = "..."
 //!
+//! [groups]                       # consumer groups (optional; Kafka's defaults)
+//! consumer_heartbeat_interval_ms = 5000
+//! consumer_session_timeout_ms = 45000
+//!
 //! [admin]                        # the admin API and /metrics (optional)
 //! address = "127.0.0.1:9644"
 //! token_file = "/etc/ringmirror/admin-token"  # optional: require a bearer token
@@ -72,6 +76,9 @@ pub struct AgentConfig {
     /// The admin API (HTTP/JSON) and `/metrics`; without it there is none.
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// The group coordinators' settings (Kafka's `group.consumer.*`).
+    #[serde(default)]
+    pub groups: GroupsConfig,
     /// Partitions of the `__mirror_state` log that mirror partitions hash
     /// onto (Kafka's `mirror.topic.num.partitions`).
     #[serde(default = "default_mirror_topic_num_partitions")]
@@ -256,6 +263,120 @@ impl ListenerConfig {
     }
 }
 
+/// `[groups]`: the consumer group protocol's (KIP-848) timing, named and
+/// bounded as Kafka's broker configs `group.consumer.*` (Kafka's
+/// `GroupCoordinatorConfig`: the same defaults, each at least 1, the
+/// interval and the session timeout within their bounds, the interval
+/// shorter than the session timeout).
+///
+/// ```toml
+/// [groups]
+/// consumer_heartbeat_interval_ms = 5000
+/// consumer_session_timeout_ms = 45000
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupsConfig {
+    /// `group.consumer.heartbeat.interval.ms`: how often members are told
+    /// to heartbeat.
+    pub consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.min.heartbeat.interval.ms`
+    pub consumer_min_heartbeat_interval_ms: i32,
+    /// `group.consumer.max.heartbeat.interval.ms`
+    pub consumer_max_heartbeat_interval_ms: i32,
+    /// `group.consumer.session.timeout.ms`: a member silent this long is
+    /// fenced and its partitions go to the others.
+    pub consumer_session_timeout_ms: i32,
+    /// `group.consumer.min.session.timeout.ms`
+    pub consumer_min_session_timeout_ms: i32,
+    /// `group.consumer.max.session.timeout.ms`
+    pub consumer_max_session_timeout_ms: i32,
+}
+
+impl Default for GroupsConfig {
+    fn default() -> Self {
+        Self {
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_min_heartbeat_interval_ms: 5_000,
+            consumer_max_heartbeat_interval_ms: 15_000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_min_session_timeout_ms: 45_000,
+            consumer_max_session_timeout_ms: 60_000,
+        }
+    }
+}
+
+impl GroupsConfig {
+    /// Kafka's checks, in `GroupCoordinatorConfig`'s order, with its names.
+    fn validate(&self) -> anyhow::Result<()> {
+        for (name, value) in [
+            ("consumer_heartbeat_interval_ms", self.consumer_heartbeat_interval_ms),
+            (
+                "consumer_min_heartbeat_interval_ms",
+                self.consumer_min_heartbeat_interval_ms,
+            ),
+            (
+                "consumer_max_heartbeat_interval_ms",
+                self.consumer_max_heartbeat_interval_ms,
+            ),
+            ("consumer_session_timeout_ms", self.consumer_session_timeout_ms),
+            ("consumer_min_session_timeout_ms", self.consumer_min_session_timeout_ms),
+            ("consumer_max_session_timeout_ms", self.consumer_max_session_timeout_ms),
+        ] {
+            anyhow::ensure!(value >= 1, "[groups] {name} must be at least 1");
+        }
+        let ordered = [
+            (
+                self.consumer_min_heartbeat_interval_ms,
+                self.consumer_max_heartbeat_interval_ms,
+                "consumer_max_heartbeat_interval_ms must be greater than or equal to consumer_min_heartbeat_interval_ms",
+            ),
+            (
+                self.consumer_min_heartbeat_interval_ms,
+                self.consumer_heartbeat_interval_ms,
+                "consumer_heartbeat_interval_ms must be greater than or equal to consumer_min_heartbeat_interval_ms",
+            ),
+            (
+                self.consumer_heartbeat_interval_ms,
+                self.consumer_max_heartbeat_interval_ms,
+                "consumer_heartbeat_interval_ms must be less than or equal to consumer_max_heartbeat_interval_ms",
+            ),
+            (
+                self.consumer_min_session_timeout_ms,
+                self.consumer_max_session_timeout_ms,
+                "consumer_max_session_timeout_ms must be greater than or equal to consumer_min_session_timeout_ms",
+            ),
+            (
+                self.consumer_min_session_timeout_ms,
+                self.consumer_session_timeout_ms,
+                "consumer_session_timeout_ms must be greater than or equal to consumer_min_session_timeout_ms",
+            ),
+            (
+                self.consumer_session_timeout_ms,
+                self.consumer_max_session_timeout_ms,
+                "consumer_session_timeout_ms must be less than or equal to consumer_max_session_timeout_ms",
+            ),
+        ];
+        for (low, high, message) in ordered {
+            anyhow::ensure!(low <= high, "[groups] {message}");
+        }
+        anyhow::ensure!(
+            self.consumer_heartbeat_interval_ms < self.consumer_session_timeout_ms,
+            "[groups] consumer_heartbeat_interval_ms must be less than consumer_session_timeout_ms"
+        );
+        Ok(())
+    }
+
+    /// The settings each shard's group coordinator runs with.
+    pub fn coordinator_config(&self) -> ringmirror_dataplane::groups::GroupConfig {
+        ringmirror_dataplane::groups::GroupConfig {
+            consumer_heartbeat_interval_ms: self.consumer_heartbeat_interval_ms,
+            consumer_session_timeout_ms: self.consumer_session_timeout_ms,
+            ..Default::default()
+        }
+    }
+}
+
 /// `[admin]`: the admin API (HTTP/JSON) and `/metrics`.
 ///
 /// ```toml
@@ -415,6 +536,7 @@ impl AgentConfig {
         if let Some(admin) = &self.admin {
             admin.validate()?;
         }
+        self.groups.validate()?;
         let mut names = std::collections::BTreeSet::new();
         for m in &self.mirrors {
             anyhow::ensure!(names.insert(&m.name), "mirror name {:?} is used twice", m.name);
@@ -449,6 +571,79 @@ mod tests {
         assert_eq!(c.log.index_interval_bytes, 4096);
         let m = &c.mirrors[0];
         assert_eq!((m.fetch_max_wait_ms, m.topics_exclude.as_str()), (500, "__.*"));
+    }
+
+    #[test]
+    fn groups_table_defaults_as_kafka_and_is_validated_as_kafka_validates() {
+        let groups = |table: &str| AgentConfig::parse(&format!("data_dir = \"/x\"\n[admin]\n[groups]\n{table}"));
+        let c = AgentConfig::parse("data_dir = \"/x\"\n[admin]").unwrap();
+        assert_eq!(c.groups, GroupsConfig::default());
+        let coordinator = c.groups.coordinator_config();
+        assert_eq!(
+            (
+                coordinator.consumer_heartbeat_interval_ms,
+                coordinator.consumer_session_timeout_ms
+            ),
+            (5_000, 45_000)
+        );
+        // As the tests' Kafka cluster: quick heartbeats, lowered bounds.
+        let quick = groups(
+            "consumer_min_heartbeat_interval_ms = 500\nconsumer_heartbeat_interval_ms = 500\n\
+             consumer_min_session_timeout_ms = 6000\nconsumer_session_timeout_ms = 6000",
+        )
+        .unwrap();
+        let coordinator = quick.groups.coordinator_config();
+        assert_eq!(
+            (
+                coordinator.consumer_heartbeat_interval_ms,
+                coordinator.consumer_session_timeout_ms
+            ),
+            (500, 6_000)
+        );
+        for (table, refusal) in [
+            (
+                "consumer_heartbeat_interval_ms = 0",
+                "consumer_heartbeat_interval_ms must be at least 1",
+            ),
+            (
+                "consumer_session_timeout_ms = -5",
+                "consumer_session_timeout_ms must be at least 1",
+            ),
+            (
+                "consumer_heartbeat_interval_ms = 1000",
+                "consumer_heartbeat_interval_ms must be greater than or equal to consumer_min_heartbeat_interval_ms",
+            ),
+            (
+                "consumer_heartbeat_interval_ms = 20000",
+                "consumer_heartbeat_interval_ms must be less than or equal to consumer_max_heartbeat_interval_ms",
+            ),
+            (
+                "consumer_min_heartbeat_interval_ms = 20000",
+                "consumer_max_heartbeat_interval_ms must be greater than or equal to consumer_min_heartbeat_interval_ms",
+            ),
+            (
+                "consumer_session_timeout_ms = 30000",
+                "consumer_session_timeout_ms must be greater than or equal to consumer_min_session_timeout_ms",
+            ),
+            (
+                "consumer_session_timeout_ms = 90000",
+                "consumer_session_timeout_ms must be less than or equal to consumer_max_session_timeout_ms",
+            ),
+            (
+                "consumer_max_session_timeout_ms = 30000",
+                "consumer_max_session_timeout_ms must be greater than or equal to consumer_min_session_timeout_ms",
+            ),
+            // Kafka's own example: both 50000, within bounds of 45000..60000.
+            (
+                "consumer_min_heartbeat_interval_ms = 45000\nconsumer_max_heartbeat_interval_ms = 60000\n\
+                 consumer_heartbeat_interval_ms = 50000\nconsumer_session_timeout_ms = 50000",
+                "consumer_heartbeat_interval_ms must be less than consumer_session_timeout_ms",
+            ),
+            ("consumer_heartbeat_intervall_ms = 500", "unknown field"),
+        ] {
+            let refused = format!("{:#}", groups(table).unwrap_err());
+            assert!(refused.contains(refusal), "{table}: {refused}");
+        }
     }
 
     #[test]

@@ -49,11 +49,25 @@ pub fn cluster() -> &'static KafkaCluster {
     })
 }
 
-/// A plain agent (two shards, mirroring nothing) serving on loopback with
-/// its data under `dir`, with `topics` (name, partitions) created at it by
-/// Kafka's admin client; and its listener's address.
+/// The agent's `[groups]` table with the KIP-848 timing of [`cluster`]:
+/// members heartbeat every 500 ms and are fenced after 6 s.
+const QUICK_GROUPS: &str = r#"
+    [groups]
+    consumer_min_heartbeat_interval_ms = 500
+    consumer_heartbeat_interval_ms = 500
+    consumer_min_session_timeout_ms = 6000
+    consumer_session_timeout_ms = 6000
+"#;
+
+/// A plain agent (two shards, mirroring nothing, KIP-848 groups timed as
+/// [`cluster`]'s) serving on loopback with its data under `dir`, with
+/// `topics` (name, partitions) created at it by Kafka's admin client; and
+/// its listener's address.
 pub fn local_agent(dir: &Path, topics: &[(&str, i32)]) -> (ringmirror::agent::Agent, String) {
-    let agent = ringmirror::agent::Agent::start(common::serving_config(&dir.join("data"), "")).expect("agent");
+    // The table follows the listener's settings in the agent's TOML.
+    let config = common::serving_config(&dir.join("data"), QUICK_GROUPS);
+    assert_eq!(config.groups.consumer_heartbeat_interval_ms, 500, "[groups] taken");
+    let agent = ringmirror::agent::Agent::start(config).expect("agent");
     let bootstrap = agent.listener_addr().expect("listening").to_string();
     for (topic, partitions) in topics {
         driver(

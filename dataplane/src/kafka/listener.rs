@@ -22,6 +22,7 @@ use kafka_protocol::protocol::Encodable;
 use super::fetch::FetchSession;
 use super::handlers;
 use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
+use crate::groups::GroupConfig;
 use crate::partition::catalog::CatalogView;
 use crate::partition::mirror_reports::MirrorReportsHandle;
 use crate::partition::registry::{ShardAccess, ShardLinks};
@@ -72,6 +73,9 @@ pub struct ListenerSettings {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// ACL enforcement (off by default).
     pub authorizer: AuthorizerSettings,
+    /// The settings of each shard's group coordinator (groups are reached
+    /// only through the listener).
+    pub groups: GroupConfig,
 }
 
 impl ListenerSettings {
@@ -85,6 +89,7 @@ impl ListenerSettings {
             sasl: None,
             tls: None,
             authorizer: AuthorizerSettings::default(),
+            groups: GroupConfig::default(),
         }
     }
 }

@@ -223,7 +223,7 @@ pub fn spawn_shard(
             glommio::spawn_local(crate::partition::registry::run_log_cleaner(Rc::clone(&registry))).detach();
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
-                crate::kafka::groups::start(&registry);
+                crate::kafka::groups::start(&registry, settings.groups);
                 registry.set_links(Arc::clone(&serving.links));
                 crate::kafka::transactions::start(&registry, Arc::clone(&serving.links));
                 let access = ShardAccess {

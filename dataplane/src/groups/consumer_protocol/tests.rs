@@ -193,6 +193,36 @@ fn a_silent_member_is_fenced_after_its_session_timeout() {
 }
 
 #[test]
+fn the_configured_interval_is_answered_and_the_configured_session_fences() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = GroupConfig {
+        consumer_heartbeat_interval_ms: 500,
+        consumer_session_timeout_ms: 6_000,
+        ..GroupConfig::default()
+    };
+    let mut c = GroupCoordinator::open(dir.path(), 0, config).unwrap();
+    let now = Instant::now();
+    let a = c.consumer_heartbeat(join("a"), &topics, now);
+    assert_eq!((a.error, a.heartbeat_interval_ms), (NONE, 500));
+    let b = c.consumer_heartbeat(join("b"), &topics, now);
+    assert_eq!((b.error, b.heartbeat_interval_ms), (NONE, 500));
+    let b = c.consumer_heartbeat(beat("b", 2, Some(&Assignment::new())), &topics, now + ms(3_000));
+    assert_eq!((b.error, b.heartbeat_interval_ms), (NONE, 500));
+    let members = |c: &GroupCoordinator| {
+        let group = c.describe_consumer_group("g").unwrap();
+        group.members.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
+    };
+    // a is silent: kept until its 6 s are up, not Kafka's default 45 s.
+    c.tick(now + ms(5_999));
+    assert_eq!(members(&c), ["a", "b"]);
+    assert!(c.next_deadline().is_some_and(|d| d <= now + ms(6_000)));
+    c.tick(now + ms(6_000));
+    assert_eq!(members(&c), ["b"]);
+    let a = c.consumer_heartbeat(beat("a", 1, None), &topics, now + ms(6_000));
+    assert_eq!(a.error, UNKNOWN_MEMBER_ID);
+}
+
+#[test]
 fn an_offsets_only_classic_group_becomes_a_consumer_group() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = coordinator(dir.path());

@@ -69,8 +69,8 @@ const TIMER_IDLE: Duration = Duration::from_secs(10);
 /// Opens this shard's coordinator and starts its timer task; without one
 /// (its offsets log cannot be opened) the shard's groups answer
 /// COORDINATOR_NOT_AVAILABLE.
-pub fn start(registry: &Registry) {
-    match GroupCoordinator::open(registry.data_dir(), registry.shard, GroupConfig::default()) {
+pub fn start(registry: &Registry, config: GroupConfig) {
+    match GroupCoordinator::open(registry.data_dir(), registry.shard, config) {
         Ok(coordinator) => {
             let coordinator = Rc::new(RefCell::new(coordinator));
             registry.attach(Rc::clone(&coordinator));
