@@ -884,6 +884,26 @@ impl GroupCoordinator {
         classic.into_iter().chain(self.next_consumer_group_deadline()).min()
     }
 
+    /// Why an offset commit (OffsetCommit or TxnOffsetCommit) to `group_id`
+    /// is refused before its offsets are looked at, if it is: an id that
+    /// cannot be stored, a share group's id (Kafka: "Group … is not a
+    /// consumer group."), or, in a KIP-848 group, a member or epoch that is
+    /// not current (the member's epoch, not a generation —
+    /// Kafka's `ConsumerGroup.validateOffsetCommit`).
+    fn commit_refusal(&self, group_id: &str, generation: i32, member_id: &str) -> Option<i16> {
+        if !storable_group_id(group_id) {
+            return Some(INVALID_GROUP_ID);
+        }
+        if self.shares.contains(group_id) {
+            return Some(GROUP_ID_NOT_FOUND);
+        }
+        let code = self
+            .consumer_groups
+            .get(group_id)
+            .map_or(NONE, |consumer| consumer.commit_error(member_id, generation));
+        (code != NONE).then_some(code)
+    }
+
     /// OffsetCommit: an error per partition, in order. Offsets are flushed
     /// to the log before this returns.
     pub fn commit(
@@ -895,19 +915,8 @@ impl GroupCoordinator {
         now: Instant,
     ) -> Vec<i16> {
         let all = |code: i16| vec![code; offsets.len()];
-        if !storable_group_id(group_id) {
-            return all(INVALID_GROUP_ID);
-        }
-        if self.shares.contains(group_id) {
-            // Kafka: "Group … is not a consumer group."
-            return all(GROUP_ID_NOT_FOUND);
-        }
-        if let Some(consumer) = self.consumer_groups.get(group_id) {
-            // The member's epoch, not a generation ([`consumer_protocol`]).
-            let code = consumer.commit_error(member_id, generation);
-            if code != NONE {
-                return all(code);
-            }
+        if let Some(code) = self.commit_refusal(group_id, generation, member_id) {
+            return all(code);
         }
         let created = match self.groups.get_mut(group_id) {
             _ if self.consumer_groups.contains_key(group_id) => false,

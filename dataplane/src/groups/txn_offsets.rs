@@ -17,7 +17,7 @@
 //! application's input offsets commit with its output records.
 
 use super::codes::*;
-use super::{CommittedOffset, GroupCoordinator, storable_group_id, store_offsets};
+use super::{CommittedOffset, GroupCoordinator, store_offsets};
 
 /// Producer ids with pending offsets on one shard: a new one beyond this
 /// is refused (COORDINATOR_NOT_AVAILABLE, retriable) until some end.
@@ -37,18 +37,8 @@ impl GroupCoordinator {
         offsets: Vec<((String, i32), CommittedOffset)>,
     ) -> Vec<i16> {
         let all = |code: i16| vec![code; offsets.len()];
-        if !storable_group_id(group_id) {
-            return all(INVALID_GROUP_ID);
-        }
-        if self.shares.contains(group_id) {
-            return all(GROUP_ID_NOT_FOUND);
-        }
-        if let Some(consumer) = self.consumer_groups.get(group_id) {
-            // Kafka's `ConsumerGroup.validateOffsetCommit`, transactional.
-            let code = consumer.commit_error(member_id, generation);
-            if code != NONE {
-                return all(code);
-            }
+        if let Some(code) = self.commit_refusal(group_id, generation, member_id) {
+            return all(code);
         }
         if let Some(group) = self.groups.get(group_id) {
             if !member_id.is_empty() && group.member(member_id).is_none() {
