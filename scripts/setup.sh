@@ -9,8 +9,9 @@ set -euo pipefail
 
 # kcat: the command-line client the serving tests read (and try to write) the
 # agent's listener with. socat and openssl: a TLS endpoint (OpenSSL) in front
-# of a test source, and its certificates (tests/tls_source.rs).
-apt_packages=(build-essential pkg-config zlib1g-dev python3 kcat socat openssl)
+# of a test source, and its certificates (tests/tls_source.rs). fonts-dejavu-core:
+# the text of the perf harness's PNG plots (perf/src/plot.rs).
+apt_packages=(build-essential pkg-config zlib1g-dev python3 kcat socat openssl fonts-dejavu-core)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -7,6 +7,7 @@
 //! * [`log_files`] lists a partition directory's segments and checks that
 //!   they hold the expected bytes, to compare logs.
 //! * [`procstat`] reads a process's CPU time and page faults from `/proc`.
+//! * [`plot`] draws PNG plots of the results (bars per scenario, lag CDFs).
 //! * [`summary`] turns measurements into the reports' units (MB/s, CPU
 //!   s/GB), medians and the machine's line.
 //!
@@ -19,6 +20,7 @@
 
 pub mod dataset;
 pub mod log_files;
+pub mod plot;
 pub mod procstat;
 pub mod summary;
 pub mod synthetic_source;

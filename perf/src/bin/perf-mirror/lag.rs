@@ -2,8 +2,11 @@
 //! rate, the agent runs in this process (`Agent::start_observed`, 1 shard)
 //! and every `Progress` event it reports is kept with the moment it came;
 //! [`crate::measure::Lags`] turns them into each batch's delay. Nothing
-//! else runs beside it: no child processes, no throughput window.
+//! else runs beside it: no child processes, no throughput window. With
+//! `--rate-fraction`, a first phase measures the maximum rate the same way
+//! (the agent in this process, the whole dataset available at once).
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,38 +21,40 @@ use crate::mirror::log_table;
 use crate::process::{free_bytes, tempdir_in};
 use crate::{Args, TOPIC, report};
 
-/// Runs the agent against a source appending at `--rate-mb-s` for
-/// `--lag-seconds` and prints the delays.
+/// Runs the agent against a source appending at `--rate-mb-s` (or
+/// `--rate-fraction` of the maximum measured first) for `--lag-seconds` and
+/// prints the delays.
 pub fn run_lag(args: &Args) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rate = args.rate_mb_s * 1e6;
-    // Enough data for the whole run and some margin.
-    let size = (rate * (args.lag_seconds as f64 + 5.0)) as u64;
+    let source_cpu = args.source_cpu.unwrap_or(cpus - 1);
     let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let max_rate = match args.rate_fraction {
+        Some(fraction) => {
+            anyhow::ensure!(fraction > 0.0 && fraction <= 1.0, "--rate-fraction must be in (0, 1]");
+            Some(max_rate(args, source_cpu, &work_dir)?)
+        }
+        None => None,
+    };
+    let rate = match (max_rate, args.rate_fraction) {
+        (Some(max), Some(fraction)) => max * fraction,
+        _ => args.rate_mb_s * 1e6,
+    };
+    // Enough data for the whole run and a margin (the clock starts at the first Fetch; the dataset
+    // is held in memory, so at hundreds of MB/s a larger margin costs GiBs).
+    let size = (rate * (args.lag_seconds as f64 + 2.0)) as u64;
     anyhow::ensure!(free_bytes(&work_dir)? > size + (2 << 30), "not enough free disk");
     let dataset = Arc::new(args.dataset(args.partitions, size / args.partitions.max(1) as u64, 0x1a9));
     let source = SyntheticSource::start(
         Arc::clone(&dataset),
         SourceOptions {
             rate_bytes_per_s: Some(rate),
-            cpu: Some(args.source_cpu.unwrap_or(cpus - 1)),
+            cpu: Some(source_cpu),
             sink_topic: None,
             port: 0,
         },
     )?;
     let root = tempdir_in(&work_dir, "ringmirror-perf-lag")?;
-    let data_dir = root.join("data");
-    let config = AgentConfig::parse(&format!(
-        "data_dir = {data_dir:?}\nshards = 1\n{}\n[[mirror]]\nname = \"perf\"\nbootstrap_servers = [{:?}]\n\
-         topics = [{TOPIC:?}]\nfetch_max_wait_ms = {}\nfetch_min_bytes = 1\nfetch_max_bytes = {}\n\
-         fetch_partition_max_bytes = {}\ningest = {:?}\n",
-        log_table(&args.log_setting),
-        source.addr().to_string(),
-        args.fetch_max_wait_ms,
-        args.fetch_max_bytes,
-        args.fetch_partition_max_bytes,
-        args.ingest
-    ))?;
+    let config = agent_config(args, &root.join("data"), &source)?;
     let seen: Arc<Mutex<ProgressSeen>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
     let observer_seen = Arc::clone(&seen);
     let observer = Box::new(move |event: &ShardEvent| {
@@ -86,6 +91,60 @@ pub fn run_lag(args: &Args) -> anyhow::Result<()> {
     let window = end.saturating_duration_since(t0).as_secs_f64();
     let process_cpu = process1.cpu().saturating_sub(process0.cpu()).as_secs_f64();
     let agent_cpu = process_cpu - source_cpu1.saturating_sub(source_cpu0).as_secs_f64();
-    report::print_lag(args, &dataset, &lags, 100.0 * agent_cpu / window);
+    report::print_lag(args, (rate, max_rate), &dataset, &lags, 100.0 * agent_cpu / window);
+    if let Some(dir) = &args.plot_dir {
+        report::plot_lag(dir, args, rate, &lags)?;
+    }
     Ok(())
+}
+
+/// The agent's configuration for `source`: 1 shard, the harness's fetch and log settings.
+fn agent_config(args: &Args, data_dir: &Path, source: &SyntheticSource) -> anyhow::Result<AgentConfig> {
+    AgentConfig::parse(&format!(
+        "data_dir = {data_dir:?}\nshards = 1\n{}\n[[mirror]]\nname = \"perf\"\nbootstrap_servers = [{:?}]\n\
+         topics = [{TOPIC:?}]\nfetch_max_wait_ms = {}\nfetch_min_bytes = 1\nfetch_max_bytes = {}\n\
+         fetch_partition_max_bytes = {}\ningest = {:?}\n",
+        log_table(&args.log_setting),
+        source.addr().to_string(),
+        args.fetch_max_wait_ms,
+        args.fetch_max_bytes,
+        args.fetch_partition_max_bytes,
+        args.ingest
+    ))
+}
+
+/// The maximum rate, bytes/s: the agent mirrors `--size-mb` over `--partitions` from a source
+/// that has it all at once, timed from the source's first Fetch until it saw every partition
+/// fetched at its end (the throughput scenarios' window).
+fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f64> {
+    let size = args.size_mb << 20;
+    anyhow::ensure!(free_bytes(work_dir)? > size + (2 << 30), "not enough free disk");
+    let dataset = Arc::new(args.dataset(args.partitions, size / args.partitions.max(1) as u64, 0x3a7));
+    let source = SyntheticSource::start(
+        Arc::clone(&dataset),
+        SourceOptions {
+            rate_bytes_per_s: None,
+            cpu: Some(source_cpu),
+            sink_topic: None,
+            port: 0,
+        },
+    )?;
+    let root = tempdir_in(work_dir, "ringmirror-perf-max")?;
+    let agent = Agent::start(agent_config(args, &root.join("data"), &source)?)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    let window = loop {
+        if let (Some(first), Some(done)) = (source.first_fetch(), source.caught_up()) {
+            break done.saturating_duration_since(first);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the maximum-rate run did not finish in {} s",
+            args.timeout_s
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    agent.stop()?;
+    source.stop();
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(dataset.total_bytes() as f64 / window.as_secs_f64())
 }

@@ -25,7 +25,8 @@
 //!   run` with 1 or 2 shards (`-copy`: `ingest = "aligned_copy"`, `-uring`:
 //!   `ingest = "uring"`, else `"mmap"`) mirroring to a temporary
 //!   data dir on disk; afterwards the segments are compared byte-for-byte
-//!   with the source.
+//!   with the source. With `@baseline` (`mirror-1-copy@baseline`) the
+//!   `--baseline-ringmirror` binary runs instead: two builds side by side.
 //! * `rdkafka-consume` — an rdkafka `BaseConsumer` (assign, from the beginning,
 //!   no commits) reading everything: the consumer half of MirrorMaker 2.
 //! * `rdkafka-mirror` — the same consumer re-producing every record with an
@@ -71,7 +72,8 @@
 //! Lag (`--lag`): the source appends at a steady rate, the agent runs
 //! in-process (`Agent::start_observed`), and each batch's delay from becoming
 //! available at the source to the first `Progress` event whose log end offset
-//! covers it goes into an HDR histogram.
+//! covers it goes into an HDR histogram. With `--rate-fraction`, the rate is
+//! that fraction of the maximum, measured first in the same run.
 //!
 //! Where things are: `throughput` (the scenario list, the harness that runs
 //! each in turn, the repeats), one module per scenario family —
@@ -141,6 +143,13 @@ struct Args {
     /// The ringmirror binary (default: next to this one).
     #[arg(long)]
     ringmirror: Option<PathBuf>,
+    /// Another `ringmirror` build for the `mirror-*@baseline` scenarios
+    /// (e.g. `mirror-1-copy,mirror-1-copy@baseline`: two builds side by side in one run).
+    #[arg(long)]
+    baseline_ringmirror: Option<PathBuf>,
+    /// Also draw the results as PNG plots into this directory (e.g. `perf/`).
+    #[arg(long)]
+    plot_dir: Option<PathBuf>,
     /// Where temporary data dirs go.
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -175,6 +184,10 @@ struct Args {
     /// Lag: the source's append rate over all partitions, MB/s (10^6 bytes).
     #[arg(long, default_value_t = 50.0)]
     rate_mb_s: f64,
+    /// Lag: append at this fraction of the maximum rate instead of `--rate-mb-s`; the maximum is
+    /// measured first in the same run (the agent mirroring `--size-mb` as fast as it can).
+    #[arg(long)]
+    rate_fraction: Option<f64>,
     /// Lag: how long to append.
     #[arg(long, default_value_t = 20)]
     lag_seconds: u64,

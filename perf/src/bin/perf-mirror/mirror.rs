@@ -61,11 +61,12 @@ pub fn log_table(settings: &[String]) -> String {
 }
 
 impl Harness<'_> {
-    /// `ringmirror run` with `shards` shards and `ingest` mirrors the source into `<run dir>/data`; the
-    /// first run with 1 shard is profiled when `--perf-record` asks.
+    /// `agent run` (a `ringmirror` binary) with `shards` shards and `ingest` mirrors the source into
+    /// `<run dir>/data`; the first run with 1 shard is profiled when `--perf-record` asks.
     pub fn run_mirror(
         &mut self,
         (shards, ingest): (usize, &str),
+        agent: &Path,
         source: SyntheticSource,
         run: &SourceRun,
     ) -> anyhow::Result<Measured> {
@@ -119,14 +120,14 @@ impl Harness<'_> {
             .arg(out)
             .arg(format!("--control=fifo:{}", control.display()))
             .arg("--")
-            .arg(&self.ringmirror);
+            .arg(agent);
         } else {
-            cmd = Command::new(&self.ringmirror);
+            cmd = Command::new(agent);
         }
         cmd.arg("run").arg("--config").arg(&config_path);
         let mut w = spawn_watched(cmd, &run.log)?;
         if profile.is_some() {
-            w.pid = workload_pid(w.child.id(), &self.ringmirror)?;
+            w.pid = workload_pid(w.child.id(), agent)?;
             w.perf_control = Some(std::fs::OpenOptions::new().read(true).write(true).open(&control)?);
         }
         let m = measure(&mut w, &source, DoneSignal::SourceCaughtUp, run.bytes, run.timeout);

@@ -4,9 +4,11 @@
 //! percentiles and slow episodes. It only formats what `measure` measured.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use ringmirror_perf::dataset::Dataset;
+use ringmirror_perf::plot;
 use ringmirror_perf::procstat::ProcStat;
 use ringmirror_perf::summary::{cpu_s_per_gb, machine_line, median};
 
@@ -334,8 +336,14 @@ fn percent_of_wall(cpu: Duration, m: &Measured) -> f64 {
 
 /// The lag table (`agent_cpu_percent`: the agent's CPU over the window, as
 /// a percentage of one core) and the episodes of slow batches.
-pub fn print_lag(args: &Args, dataset: &Dataset, lags: &Lags, agent_cpu_percent: f64) {
-    let rate = args.rate_mb_s * 1e6;
+/// `(rate, max_rate)`: the append rate, bytes/s, and the maximum it is a fraction of, when measured.
+pub fn print_lag(
+    args: &Args,
+    (rate, max_rate): (f64, Option<f64>),
+    dataset: &Dataset,
+    lags: &Lags,
+    agent_cpu_percent: f64,
+) {
     let histogram = &lags.histogram;
     let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
     println!();
@@ -344,7 +352,7 @@ pub fn print_lag(args: &Args, dataset: &Dataset, lags: &Lags, agent_cpu_percent:
          1 shard, ingest {}, fetch min_bytes 1, max_wait {} ms (the source long-polls: a waiting Fetch is answered as soon \
          as a batch becomes available)",
         machine_line(),
-        args.rate_mb_s,
+        rate / 1e6,
         args.partitions,
         rate / dataset.batch_bytes() as f64,
         dataset.batch_bytes(),
@@ -353,6 +361,14 @@ pub fn print_lag(args: &Args, dataset: &Dataset, lags: &Lags, agent_cpu_percent:
         args.ingest,
         args.fetch_max_wait_ms
     );
+    if let (Some(max), Some(fraction)) = (max_rate, args.rate_fraction) {
+        println!(
+            "The rate is {fraction} of the maximum, {:.0} MB/s, measured first in this run (the agent mirroring {} MiB \
+             as fast as it can).",
+            max / 1e6,
+            args.size_mb
+        );
+    }
     println!();
     println!("| batches | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | not committed | agent CPU (approx.) |");
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -393,4 +409,54 @@ pub fn print_lag(args: &Args, dataset: &Dataset, lags: &Lags, agent_cpu_percent:
             list.join(" ")
         );
     }
+}
+
+/// `--plot-dir`: the median MB/s and CPU s/GB of each scenario as bar charts
+/// (`throughput.png`, `cpu-per-gb.png`).
+pub fn plot_throughput(dir: &Path, results: &[(Scenario, Vec<Measured>)]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let named = |f: fn(&Measured) -> f64| -> Vec<(String, f64)> {
+        measured(results)
+            .map(|(scenario, runs)| (scenario.name(), median_of(runs, f)))
+            .collect()
+    };
+    let title = |what: &str| format!("{what}, median of each scenario ({})", machine_line());
+    plot::bars(
+        &dir.join("throughput.png"),
+        &title("MB/s"),
+        "MB/s",
+        &named(Measured::mb_s),
+    )?;
+    plot::bars(
+        &dir.join("cpu-per-gb.png"),
+        &title("CPU s/GB"),
+        "CPU s/GB",
+        &named(Measured::cpu_s_per_gb),
+    )?;
+    eprintln!("plots: {}/{{throughput,cpu-per-gb}}.png", dir.display());
+    Ok(())
+}
+
+/// `--plot-dir`: the lag's cumulative distribution (`lag-cdf-<partitions>p.png`).
+pub fn plot_lag(dir: &Path, args: &Args, rate: f64, lags: &Lags) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let points: Vec<(f64, f64)> = lags
+        .histogram
+        .iter_quantiles(1)
+        .map(|q| (q.value_iterated_to() as f64 / 1000.0, q.quantile_iterated_to()))
+        .collect();
+    let path = dir.join(format!("lag-cdf-{}p.png", args.partitions));
+    let label = format!(
+        "{:.0} MB/s, {} partitions, ingest {}",
+        rate / 1e6,
+        args.partitions,
+        args.ingest
+    );
+    plot::cdf(
+        &path,
+        &format!("Lag, availability to commit ({})", machine_line()),
+        &[(label, points)],
+    )?;
+    eprintln!("plot: {}", path.display());
+    Ok(())
 }

@@ -22,15 +22,20 @@ use crate::mock::MOCK_PARTITION_MAX_BYTES;
 use crate::process::{free_bytes, log_tail, spawn_watched, tempdir_in, wait_exit};
 use crate::{Args, SINK_TOPIC, report};
 
+/// How a scenario name asks for the `--baseline-ringmirror` binary.
+const BASELINE_SUFFIX: &str = "@baseline";
+
 /// One scenario, as `--scenarios` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     Discard(DiscardMode),
     /// The agent's `ingest`: `"mmap"`, or `"aligned_copy"` (`-copy`), or
-    /// `"uring"` (`-uring`).
+    /// `"uring"` (`-uring`); `baseline` (`@baseline`): run by the
+    /// `--baseline-ringmirror` binary, to compare two builds in one run.
     Mirror {
         shards: usize,
         ingest: &'static str,
+        baseline: bool,
     },
     Rdkafka {
         produce: bool,
@@ -77,15 +82,19 @@ impl Scenario {
             "synthetic-consume-mockdata" => Self::Consume(Server::Synthetic { mock_data: true }),
             "mock-consume" => Self::Consume(Server::Mock),
             s if s.starts_with("mirror-") => {
-                let rest = &s["mirror-".len()..];
+                let (rest, baseline) = match s["mirror-".len()..].strip_suffix(BASELINE_SUFFIX) {
+                    Some(rest) => (rest, true),
+                    None => (&s["mirror-".len()..], false),
+                };
                 let (shards, ingest) = match (rest.strip_suffix("-copy"), rest.strip_suffix("-uring")) {
                     (Some(n), _) => (n, "aligned_copy"),
                     (_, Some(n)) => (n, "uring"),
                     _ => (rest, "mmap"),
                 };
                 Self::Mirror {
-                    shards: shards.parse().context("mirror-<shards>[-copy|-uring]")?,
+                    shards: shards.parse().context("mirror-<shards>[-copy|-uring][@baseline]")?,
                     ingest,
+                    baseline,
                 }
             }
             other => bail!("unknown scenario {other:?}"),
@@ -104,13 +113,17 @@ impl Scenario {
             Self::Discard(DiscardMode::SegmentOffload) => "segment-offload".into(),
             Self::Mirror {
                 shards,
-                ingest: "aligned_copy",
-            } => format!("mirror-{shards}-copy"),
-            Self::Mirror {
-                shards,
-                ingest: "uring",
-            } => format!("mirror-{shards}-uring"),
-            Self::Mirror { shards, .. } => format!("mirror-{shards}"),
+                ingest,
+                baseline,
+            } => {
+                let suffix = match *ingest {
+                    "aligned_copy" => "-copy",
+                    "uring" => "-uring",
+                    _ => "",
+                };
+                let build = if *baseline { BASELINE_SUFFIX } else { "" };
+                format!("mirror-{shards}{suffix}{build}")
+            }
             Self::Rdkafka { produce: false } => "rdkafka-consume".into(),
             Self::Rdkafka { produce: true } => "rdkafka-mirror".into(),
             Self::Consume(Server::Agent { zero_copy: true }) => "serve-zero-copy".into(),
@@ -141,6 +154,7 @@ impl Scenario {
                 "prototype: recv into aligned buffer, CRC, fallocate ahead + pwrite"
             }
             Self::Discard(DiscardMode::SegmentOffload) => "segment-pwrite with the pwrite on a writer thread",
+            Self::Mirror { baseline: true, .. } => "the same mirror scenario, run by the --baseline-ringmirror binary",
             Self::Mirror {
                 ingest: "aligned_copy", ..
             } => "ringmirror run (ingest aligned_copy): recv into aligned buffer, validate, copy in",
@@ -181,6 +195,8 @@ pub struct Harness<'a> {
     /// This binary, started again as the children (`discard`, `rdkafka`, `mock-cluster`).
     pub exe: PathBuf,
     pub ringmirror: PathBuf,
+    /// `@baseline` scenarios: another build of `ringmirror`.
+    pub baseline_ringmirror: Option<PathBuf>,
     pub work_dir: PathBuf,
     source_cpu: usize,
     pub perf_recorded: bool,
@@ -245,7 +261,20 @@ impl Harness<'_> {
         match scenario {
             Scenario::Discard(mode) => self.run_discard(mode, &source, &run),
             Scenario::Rdkafka { produce } => self.run_rdkafka(produce, &source, &run),
-            Scenario::Mirror { shards, ingest } => self.run_mirror((shards, ingest), source, &run),
+            Scenario::Mirror {
+                shards,
+                ingest,
+                baseline,
+            } => {
+                let agent = if baseline {
+                    self.baseline_ringmirror
+                        .clone()
+                        .context("@baseline needs --baseline-ringmirror")?
+                } else {
+                    self.ringmirror.clone()
+                };
+                self.run_mirror((shards, ingest), &agent, source, &run)
+            }
             Scenario::Consume(_) => unreachable!("serving scenarios are run above"),
         }
     }
@@ -292,6 +321,16 @@ pub fn run_throughput(args: &Args) -> anyhow::Result<()> {
             ringmirror.display()
         );
     }
+    if scenarios
+        .iter()
+        .any(|s| matches!(s, Scenario::Mirror { baseline: true, .. }))
+    {
+        let baseline = args
+            .baseline_ringmirror
+            .as_ref()
+            .context("@baseline scenarios need --baseline-ringmirror")?;
+        anyhow::ensure!(baseline.exists(), "{} not found", baseline.display());
+    }
     let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let size = args.size_mb << 20;
     // The serving scenarios keep one mirrored copy for the whole run.
@@ -314,6 +353,7 @@ pub fn run_throughput(args: &Args) -> anyhow::Result<()> {
         dataset: Arc::clone(&dataset),
         exe,
         ringmirror,
+        baseline_ringmirror: args.baseline_ringmirror.clone(),
         work_dir: root.clone(),
         source_cpu,
         perf_recorded: false,
@@ -331,6 +371,9 @@ pub fn run_throughput(args: &Args) -> anyhow::Result<()> {
         .partition(|(s, _)| matches!(s, Scenario::Consume(_)));
     if !others.is_empty() {
         report::print_table(args, &dataset, &others);
+        if let Some(dir) = &args.plot_dir {
+            report::plot_throughput(dir, &others)?;
+        }
     }
     if !serving_results.is_empty() {
         report::print_serving_table(
@@ -395,6 +438,7 @@ fn run_all(harness: &mut Harness, serving: bool, results: &mut [(Scenario, Vec<M
                 Scenario::Mirror {
                     shards: 1,
                     ingest: "aligned_copy",
+                    baseline: false,
                 },
                 &dir,
             )
@@ -437,7 +481,7 @@ mod tests {
 
     /// Every scenario `--scenarios` names, the default ones and the rest.
     const NAMES: &str = "discard-read,discard-unaligned,discard-crc,discard-skip,segment-inline,segment-ahead,\
-        segment-pwrite,segment-offload,mirror-1,mirror-1-copy,mirror-1-uring,mirror-2,mirror-4-copy,rdkafka-consume,rdkafka-mirror,\
+        segment-pwrite,segment-offload,mirror-1,mirror-1-copy,mirror-1-uring,mirror-2,mirror-4-copy,mirror-1-copy@baseline,mirror-2@baseline,rdkafka-consume,rdkafka-mirror,\
         serve-zero-copy,serve-copy,serve-2c-each-shard,serve-2c-one-acceptor,synthetic-consume,\
         synthetic-consume-mockdata,mock-consume";
 
@@ -452,7 +496,15 @@ mod tests {
 
     #[test]
     fn an_unknown_or_malformed_scenario_is_refused() {
-        for name in ["discard", "mirror-", "mirror-x", "mirror-1-mmap", "serve"] {
+        for name in [
+            "discard",
+            "mirror-",
+            "mirror-x",
+            "mirror-1-mmap",
+            "mirror-1@",
+            "mirror-1@before",
+            "serve",
+        ] {
             assert!(Scenario::parse(name).is_err(), "{name:?} was accepted");
         }
     }
