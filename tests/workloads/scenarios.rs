@@ -332,8 +332,8 @@ pub struct TxnView {
     /// the topic's name as `<topic>`) by transactional id.
     pub described: BTreeMap<String, (String, String, String)>,
     /// `kafka-transactions describe-producers` of the partition: each
-    /// producer's current transaction's start offset ("None": none),
-    /// sorted. Not its id (which differs between clusters), nor its epoch
+    /// producer's current transaction's start offset ("None": none;
+    /// offsets here and below counted from the scenarios' first), sorted. Not its id (which differs between clusters), nor its epoch
     /// and last sequence once a marker ended its transaction: at
     /// transaction version 2 each marker bumps the epoch, and the producer
     /// state forgets the old epoch's sequences (Kafka's
@@ -508,6 +508,12 @@ pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> 
             )
         })
         .collect();
+    // Offsets from `from_offset` on, as at any cluster ("None" stays).
+    let relative = |offset: &str| {
+        offset
+            .parse::<i64>()
+            .map_or_else(|_| offset.to_owned(), |o| (o - from_offset).to_string())
+    };
     let partition = ["--topic", topic, "--partition", "0"];
     let text = kafka_tool(
         TRANSACTIONS_COMMAND,
@@ -517,7 +523,7 @@ pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> 
     let rows = table_under(&text, "ProducerId");
     let mut producers: Vec<String> = rows
         .iter()
-        .map(|r| r["CurrentTransactionStartOffset"].clone())
+        .map(|r| relative(&r["CurrentTransactionStartOffset"]))
         .collect();
     producers.sort();
     let open: Vec<_> = rows
@@ -528,7 +534,7 @@ pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> 
                 r["ProducerEpoch"].clone(),
                 r["LatestCoordinatorEpoch"].clone(),
                 r["LastSequence"].clone(),
-                r["CurrentTransactionStartOffset"].clone(),
+                relative(&r["CurrentTransactionStartOffset"]),
             )
         })
         .collect();
@@ -540,7 +546,7 @@ pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> 
     );
     let hanging = table_under(&text, "StartOffset")
         .into_iter()
-        .map(|r| (r["Partition"].clone(), r["StartOffset"].clone()))
+        .map(|r| (r["Partition"].clone(), relative(&r["StartOffset"])))
         .collect();
     TxnView {
         producers,
