@@ -593,7 +593,13 @@ pub fn kafka_txn_view() -> &'static TxnView {
 /// the producer's next one and the commit meets CompleteAbort
 /// (INVALID_TXN_STATE); the agent answers as Kafka at version 1
 /// (`TransactionCoordinator.endTransactionWithTV1`: an epoch older than the
-/// coordinator's is PRODUCER_FENCED). Either way the commit fails.
+/// coordinator's is PRODUCER_FENCED). Either way the commit fails. The
+/// agent finalizes no `transaction.version` feature in ApiVersions, so
+/// Kafka's clients run version 1 with it (EndTxn v4 at most), and a Kafka
+/// cluster at version 1 gives the same client PRODUCER_FENCED: the answers
+/// differ with the version, not between Kafka and the agent. Answering
+/// INVALID_TXN_STATE would take version 2 itself (an epoch bump at every
+/// EndTxn, EndTxn v5 returning it, partitions added by Produce v12).
 pub fn assert_txn_view_as_at_kafka(mut here: TxnView) {
     let at_kafka = kafka_txn_view();
     assert_eq!(
