@@ -232,6 +232,7 @@ fn listener_settings(
         tls: config.tls()?,
         authorizer: config.authorizer_settings(),
         groups: groups.coordinator_config(),
+        topic_creation: config.topic_creation(),
     };
     if settings.tls.is_some() {
         tracing::info!("the listener requires TLS");

@@ -14,6 +14,8 @@
 //! advertised_host = "mirror-1.example.com"
 //! sasl_mechanisms = ["SCRAM-SHA-256"]   # optional: clients must authenticate
 //! authorizer = "acl"              # optional: enforce the ACLs (default "none")
+//! auto_create_topics_enable = true   # Kafka's auto.create.topics.enable
+//! num_partitions = 1                 # Kafka's num.partitions
 //! super_users = ["User:admin"]
 //! [[listener.users]]
 //! name = "reader"
@@ -149,6 +151,20 @@ pub struct ListenerConfig {
     pub ssl_certificate_location: Option<PathBuf>,
     #[serde(default)]
     pub ssl_key_location: Option<PathBuf>,
+    /// Kafka's `auto.create.topics.enable`: a Metadata request naming a
+    /// topic the agent does not have creates it as a local topic (unless
+    /// the request says not to, the name is internal, or a mirror's topic
+    /// filter covers it).
+    #[serde(default = "default_true")]
+    pub auto_create_topics_enable: bool,
+    /// Kafka's `num.partitions`: partitions of an auto-created topic, and
+    /// of a CreateTopics topic that leaves the count to the broker.
+    #[serde(default = "default_num_partitions")]
+    pub num_partitions: i32,
+    /// Kafka's `default.replication.factor`: 1, the only one an agent (its
+    /// partitions' one replica) can give.
+    #[serde(default = "default_replication_factor")]
+    pub default_replication_factor: i16,
 }
 
 /// A user of the listener's SASL authentication. SCRAM credentials are
@@ -211,7 +227,25 @@ impl ListenerConfig {
             self.sasl_users()?;
         }
         self.tls()?;
+        anyhow::ensure!(
+            self.num_partitions >= 1,
+            "[listener] num_partitions must be at least 1, not {}",
+            self.num_partitions
+        );
+        anyhow::ensure!(
+            self.default_replication_factor == 1,
+            "[listener] default_replication_factor must be 1 (this agent is its partitions' only replica), not {}",
+            self.default_replication_factor
+        );
         self.validate_authorizer()
+    }
+
+    /// The listener's settings for the topics it creates by itself.
+    pub fn topic_creation(&self) -> ringmirror_dataplane::kafka::TopicCreation {
+        ringmirror_dataplane::kafka::TopicCreation {
+            auto_create_topics_enable: self.auto_create_topics_enable,
+            num_partitions: self.num_partitions,
+        }
     }
 
     /// The listener's TLS settings (`None`: in clear).
@@ -476,6 +510,14 @@ fn default_admin_address() -> std::net::SocketAddr {
     ringmirror_control::admin::http::DEFAULT_ADDRESS
         .parse()
         .expect("a valid default address")
+}
+
+fn default_num_partitions() -> i32 {
+    1
+}
+
+fn default_replication_factor() -> i16 {
+    1
 }
 
 fn default_mirror_topic_num_partitions() -> u32 {
@@ -823,6 +865,40 @@ mod tests {
         assert!(
             err("sasl_mechanisms = [\"PLAIN\"]\nusers_file = \"/nonexistent\"").contains("users_file /nonexistent")
         );
+    }
+
+    #[test]
+    fn listener_topic_creation_takes_kafka_s_names_and_defaults() {
+        let base = "data_dir = \"/x\"\n[listener]\naddress = \"127.0.0.1:0\"\n";
+        let l = AgentConfig::parse(base).unwrap().listener.unwrap();
+        assert_eq!(
+            (
+                l.auto_create_topics_enable,
+                l.num_partitions,
+                l.default_replication_factor
+            ),
+            (true, 1, 1)
+        );
+        assert_eq!(
+            l.topic_creation(),
+            ringmirror_dataplane::kafka::TopicCreation::default()
+        );
+        let l = AgentConfig::parse(&format!(
+            "{base}auto_create_topics_enable = false\nnum_partitions = 3\n"
+        ))
+        .unwrap()
+        .listener
+        .unwrap();
+        assert_eq!(
+            l.topic_creation(),
+            ringmirror_dataplane::kafka::TopicCreation {
+                auto_create_topics_enable: false,
+                num_partitions: 3
+            }
+        );
+        let err = |t: &str| format!("{:#}", AgentConfig::parse(&format!("{base}{t}")).unwrap_err());
+        assert!(err("num_partitions = 0").contains("at least 1"));
+        assert!(err("default_replication_factor = 3").contains("only replica"));
     }
 
     #[test]

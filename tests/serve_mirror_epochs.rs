@@ -87,10 +87,12 @@ fn reports(orders_1: i32) -> MirrorReports {
     let dr = MirrorReport {
         source_cluster_id: Some("cluster-a".into()),
         topics: BTreeMap::from([("orders".into(), topic(ORDERS, &[(0, 5), (1, orders_1)]))]),
+        ..MirrorReport::default()
     };
     let eu = MirrorReport {
         source_cluster_id: None,
         topics: BTreeMap::from([("events".into(), topic(EVENTS, &[(0, 3)]))]),
+        ..MirrorReport::default()
     };
     MirrorReports {
         mirrors: BTreeMap::from([("dr".into(), dr), ("eu".into(), eu)]),

@@ -232,6 +232,37 @@ fn every_advertised_version_answers() {
             assert_eq!(p.error_code, code, "Produce v{v} to {topic}");
         }
     }
+    for v in versions(ApiKey::DescribeProducers) {
+        // The batches carry no producer id: no active producers; a
+        // partition the topic lacks is unknown.
+        let req = DescribeProducersRequest::default().with_topics(vec![
+            describe_producers_request::TopicRequest::default()
+                .with_name(name(TOPIC))
+                .with_partition_indexes(vec![0, 3]),
+        ]);
+        let r: DescribeProducersResponse = c.request(key(ApiKey::DescribeProducers), v, &req).unwrap();
+        let answers: Vec<_> = r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.error_code, p.active_producers.len()))
+            .collect();
+        assert_eq!(answers, [(0, 0, 0), (3, 3, 0)], "DescribeProducers v{v}");
+    }
+    for v in versions(ApiKey::ElectLeaders) {
+        // One replica, which leads: ELECTION_NOT_NEEDED.
+        let req = ElectLeadersRequest::default().with_topic_partitions(Some(vec![
+            elect_leaders_request::TopicPartitions::default()
+                .with_topic(name(TOPIC))
+                .with_partitions(vec![0]),
+        ]));
+        let r: ElectLeadersResponse = c.request(key(ApiKey::ElectLeaders), v, &req).unwrap();
+        let p = &r.replica_election_results[0].partition_result[0];
+        assert_eq!(
+            (r.error_code, p.partition_id, p.error_code),
+            (0, 0, 84),
+            "ElectLeaders v{v}"
+        );
+    }
     agent.stop().expect("stop");
 }
 

@@ -35,6 +35,8 @@ pub fn needs_metadata(code: i16) -> bool {
 }
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const INVALID_REQUEST: i16 = 42;
+/// ElectLeaders: the partition's preferred leader already leads.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;

@@ -22,9 +22,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
-    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest, FetchRequest,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader,
+    DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, ElectLeadersRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -117,6 +117,8 @@ pub enum ServedApi {
     EndTxn = ApiKey::EndTxn as i16,
     DescribeTransactions = ApiKey::DescribeTransactions as i16,
     ListTransactions = ApiKey::ListTransactions as i16,
+    DescribeProducers = ApiKey::DescribeProducers as i16,
+    ElectLeaders = ApiKey::ElectLeaders as i16,
     DescribeClusterMirrors = describe_cluster_mirrors::API_KEY,
 }
 
@@ -186,6 +188,11 @@ pub const SUPPORTED_APIS: &[(ServedApi, i16, i16)] = &[
     (ServedApi::TxnOffsetCommit, 0, 4),
     (ServedApi::DescribeTransactions, 0, 0),
     (ServedApi::ListTransactions, 0, 2),
+    // Each partition's active producers (`kafka-transactions
+    // describe-producers`, `find-hanging`).
+    (ServedApi::DescribeProducers, 0, 0),
+    // One replica per partition: every preferred leader leads.
+    (ServedApi::ElectLeaders, 0, 2),
     (ServedApi::FindCoordinator, 0, 5),
     (ServedApi::JoinGroup, 0, 9),
     (ServedApi::SyncGroup, 0, 5),
@@ -248,6 +255,8 @@ pub enum Request {
     CreateTopics(CreateTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
     InitProducerId(InitProducerIdRequest),
+    DescribeProducers(DescribeProducersRequest),
+    ElectLeaders(ElectLeadersRequest),
     /// The group coordinator's APIs.
     Group(GroupRequest),
     /// The transaction coordinator's APIs (InitProducerId aside).
@@ -361,6 +370,8 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
         ApiKey::CreateTopics => Request::CreateTopics(decode(body, version).map_err(malformed)?),
         ApiKey::CreatePartitions => Request::CreatePartitions(decode(body, version).map_err(malformed)?),
         ApiKey::InitProducerId => Request::InitProducerId(decode(body, version).map_err(malformed)?),
+        ApiKey::DescribeProducers => Request::DescribeProducers(decode(body, version).map_err(malformed)?),
+        ApiKey::ElectLeaders => Request::ElectLeaders(decode(body, version).map_err(malformed)?),
         ApiKey::FindCoordinator => {
             Request::Group(GroupRequest::FindCoordinator(decode(body, version).map_err(malformed)?))
         }
@@ -589,6 +600,8 @@ mod tests {
             ServedApi::EndTxn => frame(api, version, &km::EndTxnRequest::default()),
             ServedApi::DescribeTransactions => frame(api, version, &km::DescribeTransactionsRequest::default()),
             ServedApi::ListTransactions => frame(api, version, &km::ListTransactionsRequest::default()),
+            ServedApi::DescribeProducers => frame(api, version, &km::DescribeProducersRequest::default()),
+            ServedApi::ElectLeaders => frame(api, version, &km::ElectLeadersRequest::default()),
             ServedApi::ConsumerGroupHeartbeat => frame(api, version, &km::ConsumerGroupHeartbeatRequest::default()),
             ServedApi::ConsumerGroupDescribe => frame(api, version, &km::ConsumerGroupDescribeRequest::default()),
             ServedApi::DescribeClusterMirrors => mirrors_frame(&DescribeClusterMirrorsRequest::default()),

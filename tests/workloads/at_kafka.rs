@@ -1,7 +1,7 @@
 //! The reference runs at Apache Kafka 4.3.1 alone (the binary's shared
 //! cluster): the Streams output across a crash of the application, the
 //! transactions' READ_COMMITTED views and `kafka-transactions
-//! list`/`describe`, a KIP-848 group joining, rebalancing when a member
+//! list`/`describe`/`describe-producers`/`find-hanging`, a KIP-848 group joining, rebalancing when a member
 //! leaves, committing and resuming, and a Connect worker keeping its
 //! connectors, their offsets and statuses across a restart. The tests at
 //! the agent, and after a failover, compare with these.
@@ -67,6 +67,20 @@ fn transactions_at_kafka_commit_abort_fence_a_zombie_and_time_out() {
     assert_eq!(state("zombie"), Some("CompleteCommit"), "{view:#?}");
     assert_eq!(state("timeout"), Some("CompleteAbort"), "{view:#?}");
     assert_eq!(state("open"), Some("Ongoing"), "{view:#?}");
+    // describe-producers: five producers (the zombie and its successor
+    // share a producer id), one with its transaction open since the
+    // offset after the timed-out transaction's marker; find-hanging:
+    // none, its coordinator knows the open one.
+    let open_at = (5 + 1 + 4 + 1 + 3 + 1 + 3 + 1 + 2 + 1).to_string();
+    let mut producers = vec!["None".to_owned(); 4];
+    producers.insert(0, open_at.clone());
+    assert_eq!(view.producers, producers, "{view:#?}");
+    assert_eq!(
+        view.open_producer,
+        ("0".to_owned(), "-1".to_owned(), "1".to_owned(), open_at),
+        "epoch 0, no marker yet, two records: {view:#?}"
+    );
+    assert_eq!(view.hanging, vec![], "{view:#?}");
     let open = &view.described[&format!("{TXN_PREFIX}-open")];
     assert_eq!(
         open,

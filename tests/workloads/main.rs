@@ -14,6 +14,9 @@
 //! - [`after_failover`]: the workloads started at Kafka, mirrored, failed
 //!   over (`mirror stop`), and carried on at the agent.
 //!
+//! - [`broker_apis`]: the broker APIs Kafka's tools and clients use beside
+//!   them (leader election, topic auto-creation), at the agent and at Kafka.
+//!
 //! The workloads themselves are in [`scenarios`] and [`connect`]. Each
 //! test starts several JVMs beside the cluster's four, so the tests take
 //! turns ([`scenarios::one_at_a_time`]); every wait is bounded and waits on
@@ -25,5 +28,6 @@ mod common;
 mod after_failover;
 mod at_kafka;
 mod at_the_agent;
+mod broker_apis;
 mod connect;
 mod scenarios;

@@ -331,6 +331,22 @@ pub struct TxnView {
     /// `kafka-transactions describe`: (state, timeout ms, partitions with
     /// the topic's name as `<topic>`) by transactional id.
     pub described: BTreeMap<String, (String, String, String)>,
+    /// `kafka-transactions describe-producers` of the partition: each
+    /// producer's current transaction's start offset ("None": none;
+    /// offsets here and below counted from the scenarios' first), sorted. Not its id (which differs between clusters), nor its epoch
+    /// and last sequence once a marker ended its transaction: at
+    /// transaction version 2 each marker bumps the epoch, and the producer
+    /// state forgets the old epoch's sequences (Kafka's
+    /// `ProducerStateEntry.maybeUpdateProducerEpoch`).
+    pub producers: Vec<String>,
+    /// The open transaction's row there: (epoch, coordinator epoch, last
+    /// sequence, start offset) — no marker has been written for it.
+    pub open_producer: (String, String, String, String),
+    /// `kafka-transactions find-hanging` of the partition, counting every
+    /// open transaction as old enough (`--max-transaction-timeout 0`): its
+    /// rows' (partition, start offset). The open transaction is known to
+    /// its coordinator, so it is not hanging.
+    pub hanging: Vec<(String, String)>,
 }
 
 /// The first exception class of a driver line `<prefix> <class>: <message>
@@ -348,12 +364,18 @@ pub fn first_exception(line: &str, prefix: &str) -> String {
 /// `kafka-transactions`' rows (a header line naming `TransactionalId`,
 /// then rows) as name → value maps; a last column left empty is "".
 pub fn table(text: &str) -> Vec<BTreeMap<String, String>> {
+    table_under(text, "TransactionalId")
+}
+
+/// A table's rows (a header line with the column `column`, then rows) as
+/// name → value maps; a last column left empty is "".
+pub fn table_under(text: &str, column: &str) -> Vec<BTreeMap<String, String>> {
     let mut lines = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .skip_while(|l| !l.split_whitespace().any(|n| n == "TransactionalId"));
+        .skip_while(|l| !l.split_whitespace().any(|n| n == column));
     let Some(header) = lines.next() else {
-        panic!("no kafka-transactions table in {text:?}");
+        panic!("no table with a {column} column in {text:?}");
     };
     let names: Vec<&str> = header.split_whitespace().collect();
     lines
@@ -405,7 +427,8 @@ pub fn produce_transaction(
 /// a zombie fenced by a newer producer with its id, one the coordinator
 /// aborts when it outlives its 2 s timeout, and one left open (its
 /// producer halts) — then reads the partition at both isolation levels
-/// and asks `kafka-transactions`.
+/// and asks `kafka-transactions` (`list`, `describe`, `describe-producers`,
+/// `find-hanging`).
 pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> TxnView {
     let id = |name: &str| format!("{TXN_PREFIX}-{name}");
     let produce = |name: &str, outcome: &str, keys: &str, count: &str, extra: &[&str]| {
@@ -485,7 +508,50 @@ pub fn transaction_scenarios(bootstrap: &str, topic: &str, from_offset: i64) -> 
             )
         })
         .collect();
+    // Offsets from `from_offset` on, as at any cluster ("None" stays).
+    let relative = |offset: &str| {
+        offset
+            .parse::<i64>()
+            .map_or_else(|_| offset.to_owned(), |o| (o - from_offset).to_string())
+    };
+    let partition = ["--topic", topic, "--partition", "0"];
+    let text = kafka_tool(
+        TRANSACTIONS_COMMAND,
+        bootstrap,
+        &[&["describe-producers"][..], &partition].concat(),
+    );
+    let rows = table_under(&text, "ProducerId");
+    let mut producers: Vec<String> = rows
+        .iter()
+        .map(|r| relative(&r["CurrentTransactionStartOffset"]))
+        .collect();
+    producers.sort();
+    let open: Vec<_> = rows
+        .iter()
+        .filter(|r| r["CurrentTransactionStartOffset"] != "None")
+        .map(|r| {
+            (
+                r["ProducerEpoch"].clone(),
+                r["LatestCoordinatorEpoch"].clone(),
+                r["LastSequence"].clone(),
+                relative(&r["CurrentTransactionStartOffset"]),
+            )
+        })
+        .collect();
+    let [open_producer] = <[_; 1]>::try_from(open).unwrap_or_else(|_| panic!("one open transaction: {text}"));
+    let text = kafka_tool(
+        TRANSACTIONS_COMMAND,
+        bootstrap,
+        &[&["find-hanging", "--max-transaction-timeout", "0"][..], &partition].concat(),
+    );
+    let hanging = table_under(&text, "StartOffset")
+        .into_iter()
+        .map(|r| (r["Partition"].clone(), relative(&r["StartOffset"])))
+        .collect();
     TxnView {
+        producers,
+        open_producer,
+        hanging,
         committed,
         uncommitted,
         zombie: if zombie == "a-committed" {
@@ -527,7 +593,13 @@ pub fn kafka_txn_view() -> &'static TxnView {
 /// the producer's next one and the commit meets CompleteAbort
 /// (INVALID_TXN_STATE); the agent answers as Kafka at version 1
 /// (`TransactionCoordinator.endTransactionWithTV1`: an epoch older than the
-/// coordinator's is PRODUCER_FENCED). Either way the commit fails.
+/// coordinator's is PRODUCER_FENCED). Either way the commit fails. The
+/// agent finalizes no `transaction.version` feature in ApiVersions, so
+/// Kafka's clients run version 1 with it (EndTxn v4 at most), and a Kafka
+/// cluster at version 1 gives the same client PRODUCER_FENCED: the answers
+/// differ with the version, not between Kafka and the agent. Answering
+/// INVALID_TXN_STATE would take version 2 itself (an epoch bump at every
+/// EndTxn, EndTxn v5 returning it, partitions added by Produce v12).
 pub fn assert_txn_view_as_at_kafka(mut here: TxnView) {
     let at_kafka = kafka_txn_view();
     assert_eq!(

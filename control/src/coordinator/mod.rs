@@ -391,6 +391,10 @@ impl Core {
             Tick,
         }
         let mut first = Some(first_round);
+        // The mirrors' topic filters reach the listener before the first
+        // metadata round (which may wait on a source): it must not
+        // auto-create a topic a mirror covers.
+        self.reports.publish(Arc::new(self.mirror_reports()));
         while !stop.load(Ordering::Acquire) {
             self.sync_due_mirrors().await;
             self.prepare_waiting().await;

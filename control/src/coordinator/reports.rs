@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorReports, PartitionReport};
+use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorReports, PartitionReport, TopicCover};
 
 use super::{Core, Partition};
 use crate::admin::{
@@ -57,6 +57,14 @@ impl Core {
                 name.clone(),
                 MirrorReport {
                     source_cluster_id: m.record.source_cluster_id.clone(),
+                    // Its filter, for as long as the mirror exists: a
+                    // mirror whose partitions all stopped still syncs
+                    // metadata and takes new source topics, so a local
+                    // topic of a name it covers would meet a mirrored one.
+                    covers: {
+                        let selection = m.selection.clone();
+                        TopicCover::new(move |topic| selection.wants(topic))
+                    },
                     ..MirrorReport::default()
                 },
             );

@@ -254,6 +254,17 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             };
             conn.respond(ApiKey::InitProducerId, version, id, &body).await
         }
+        Request::DescribeProducers(r) => {
+            // READ on each topic, in `describe_producers`.
+            let body = super::describe_producers::describe_producers(conn, r).await;
+            conn.respond(ApiKey::DescribeProducers, version, id, &body).await
+        }
+        Request::ElectLeaders(r) => {
+            // ALTER on the cluster (Kafka's ControllerApis.handleElectLeaders).
+            let allowed = conn.authorized_cluster(AclOperation::Alter);
+            let body = super::elect_leaders::elect_leaders(&conn.catalog.get(), allowed, &r);
+            conn.respond(ApiKey::ElectLeaders, version, id, &body).await
+        }
         Request::Group(r) => super::groups::handle(conn, &header, r).await,
         Request::Transaction(r) => super::transactions::handle(conn, &header, r).await,
         Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
@@ -374,6 +385,15 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
             .into_iter()
             .partition(|(n, _)| n.as_deref().is_none_or(describable))
     };
+    // Named topics we do not have: each one's answer, and auto-creation
+    // (see `auto_create`).
+    let unknown: Vec<String> = wanted
+        .iter()
+        .filter_map(|(name, id)| name.as_ref().filter(|n| id.is_none() && catalog.topic(n).is_none()))
+        .cloned()
+        .collect();
+    let allow_auto_creation = request.topics.is_some() && request.allow_auto_topic_creation;
+    let unknown = super::auto_create::unknown_topics(conn, allow_auto_creation, &unknown).await;
     let mut items = Vec::new();
     for (name, _) in &wanted {
         if let Some(entry) = name.as_deref().and_then(|n| catalog.topic(n)) {
@@ -397,13 +417,14 @@ async fn metadata(conn: &mut ClientConnection, version: i16, request: MetadataRe
         .into_iter()
         .map(|(name, id)| {
             let Some(entry) = name.as_deref().and_then(|n| catalog.topic(n)) else {
-                let code = if name.is_none() {
-                    ec::UNKNOWN_TOPIC_ID
-                } else {
-                    ec::UNKNOWN_TOPIC_OR_PARTITION
+                let code = match &name {
+                    None => ec::UNKNOWN_TOPIC_ID,
+                    Some(n) => unknown.get(n).copied().unwrap_or(ec::UNKNOWN_TOPIC_OR_PARTITION),
                 };
+                let internal = name.as_deref().is_some_and(super::auto_create::is_internal);
                 return MetadataResponseTopic::default()
                     .with_error_code(code)
+                    .with_is_internal(internal)
                     .with_name(name.map(|n| TopicName(str(&n))))
                     .with_topic_id(Uuid::from_bytes(id.filter(|_| version >= 10).unwrap_or_default()))
                     .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
@@ -899,6 +920,7 @@ mod tests {
         let mirror = MirrorReport {
             source_cluster_id: Some("A".into()),
             topics: BTreeMap::from([("t".into(), topic)]),
+            ..MirrorReport::default()
         };
         MirrorReports {
             mirrors: BTreeMap::from([("dr".into(), mirror), ("idle".into(), MirrorReport::default())]),

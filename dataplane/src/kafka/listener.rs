@@ -19,6 +19,7 @@ use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 
+use super::auto_create::TopicCreation;
 use super::fetch::FetchSession;
 use super::handlers;
 use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
@@ -76,6 +77,9 @@ pub struct ListenerSettings {
     /// The settings of each shard's group coordinator (groups are reached
     /// only through the listener).
     pub groups: GroupConfig,
+    /// Topics the agent creates by itself (Metadata's auto-creation) and
+    /// the partition count CreateTopics leaves to it.
+    pub topic_creation: TopicCreation,
 }
 
 impl ListenerSettings {
@@ -90,6 +94,7 @@ impl ListenerSettings {
             tls: None,
             authorizer: AuthorizerSettings::default(),
             groups: GroupConfig::default(),
+            topic_creation: TopicCreation::default(),
         }
     }
 }

@@ -17,8 +17,14 @@
 //! * [`transactions`] — the transaction APIs, each shard's transaction
 //!   coordinator, its timer and markers.
 //! * [`log_dirs`] — DescribeLogDirs.
+//! * [`auto_create`] — topics created by Metadata (`auto.create.topics.enable`).
+//! * [`describe_producers`] — DescribeProducers; [`elect_leaders`] —
+//!   ElectLeaders.
 
+mod auto_create;
 mod consumer_groups;
+mod describe_producers;
+mod elect_leaders;
 mod fetch;
 pub mod groups;
 mod handlers;
@@ -29,6 +35,7 @@ pub mod tls;
 pub mod transactions;
 mod write;
 
+pub use auto_create::TopicCreation;
 pub use listener::{
     AcceptMode, CONNECTIONS_MAX_IDLE_DEFAULT, ListenerSettings, MAX_REQUEST_BYTES_DEFAULT, ServeTasks, run_acceptor,
     run_listener, serve_handed_off,

@@ -39,7 +39,7 @@ use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 /// Names reserved for the agent's own state.
-const RESERVED_PREFIX: &str = "__ringmirror";
+pub(super) const RESERVED_PREFIX: &str = "__ringmirror";
 
 /// The Kafka error code for a refused batch.
 fn produce_error_code(e: &ProduceError) -> i16 {
@@ -261,7 +261,12 @@ pub async fn create_topics(
     for t in &request.topics {
         let name = t.name.0.to_string();
         let mut result = CreatableTopicResult::default().with_name(t.name.clone());
-        let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
+        // -1: the broker's `num.partitions`.
+        let partitions = if t.num_partitions == -1 {
+            conn.settings.topic_creation.num_partitions
+        } else {
+            t.num_partitions
+        };
         let check = if let Err(message) = valid_topic_name(&name) {
             Err((ec::INVALID_TOPIC_EXCEPTION, message))
         } else if partitions < 1 || !t.assignments.is_empty() && t.assignments.len() != partitions as usize {

@@ -28,7 +28,53 @@ pub struct MirrorReport {
     pub source_cluster_id: Option<String>,
     /// By topic name.
     pub topics: BTreeMap<String, TopicReport>,
+    /// The names the mirror takes from its source (its topic filter)
+    /// while it mirrors: the listener never auto-creates a local topic
+    /// under one of them (see `kafka::auto_create`).
+    pub covers: TopicCover,
 }
+
+/// Whether a mirror's topic filter takes a topic name; covering none by
+/// default. A function, so that the data plane needs no copy of the
+/// control plane's filter (regexes and all).
+#[derive(Clone, Default)]
+pub struct TopicCover(Option<Arc<CoversFn>>);
+
+/// Whether a topic name is covered.
+type CoversFn = dyn Fn(&str) -> bool + Send + Sync;
+
+impl TopicCover {
+    pub fn new(covers: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(covers)))
+    }
+
+    pub fn covers(&self, topic: &str) -> bool {
+        self.0.as_ref().is_some_and(|f| f(topic))
+    }
+}
+
+impl std::fmt::Debug for TopicCover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "TopicCover(filter)"
+        } else {
+            "TopicCover(none)"
+        })
+    }
+}
+
+/// Two covers are equal when they are the same filter (or both none).
+impl PartialEq for TopicCover {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for TopicCover {}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicReport {
@@ -71,6 +117,14 @@ impl Default for PartitionReport {
 }
 
 impl MirrorReports {
+    /// The first mirror (by name) whose topic filter takes `topic`.
+    pub fn covering(&self, topic: &str) -> Option<&str> {
+        self.mirrors
+            .iter()
+            .find(|(_, m)| m.covers.covers(topic))
+            .map(|(name, _)| name.as_str())
+    }
+
     /// The LME of every (topic id, partition) as `requesting_cluster_id`
     /// may use it: the highest across the mirrors that hold the partition,
     /// skipping mirrors whose known source is another cluster. A lookup
@@ -137,6 +191,7 @@ mod tests {
         MirrorReport {
             source_cluster_id: source.map(str::to_owned),
             topics: topics.into_iter().map(|(name, t)| (name.to_owned(), t)).collect(),
+            ..MirrorReport::default()
         }
     }
 
@@ -174,5 +229,28 @@ mod tests {
         handle.publish(Arc::new(next.clone()));
         assert!(before.mirrors.is_empty());
         assert_eq!(*handle.current(), next);
+    }
+
+    #[test]
+    fn a_name_is_covered_by_the_first_mirror_whose_filter_takes_it() {
+        let covering = |prefix: &'static str| MirrorReport {
+            covers: TopicCover::new(move |t| t.starts_with(prefix)),
+            ..MirrorReport::default()
+        };
+        let reports = MirrorReports {
+            mirrors: BTreeMap::from([
+                ("a".into(), covering("orders.")),
+                ("b".into(), covering("orders")),
+                ("idle".into(), MirrorReport::default()),
+            ]),
+        };
+        assert_eq!(reports.covering("orders.eu"), Some("a"));
+        assert_eq!(reports.covering("orders-us"), Some("b"));
+        assert_eq!(reports.covering("payments"), None);
+        assert_eq!(MirrorReports::default().covering("orders.eu"), None);
+        let cover = TopicCover::new(|_| true);
+        assert_eq!(cover, cover.clone());
+        assert_ne!(cover, TopicCover::new(|_| true));
+        assert_eq!(TopicCover::default(), TopicCover::default());
     }
 }

@@ -27,7 +27,7 @@ pub mod registry;
 pub use catalog::{Catalog, CatalogHandle, CatalogView, ServerIdentity, TopicEntry, derived_topic_id};
 pub use last_mirror_epoch::LastMirrorEpoch;
 pub use mirror_partition_state::{InvalidTransition, MirrorPartitionState};
-pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicReport};
+pub use mirror_reports::{MirrorReport, MirrorReports, MirrorReportsHandle, PartitionReport, TopicCover, TopicReport};
 pub use producer_ids::ProducerIds;
 pub use registry::{
     PartitionFn, Registry, ServedPartition, ShardAccess, ShardLinkEnd, ShardLinks, SharedLog, run_jobs,
