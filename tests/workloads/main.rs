@@ -13,6 +13,8 @@
 //! - [`at_the_agent`]: the same workloads at a plain agent, on local topics.
 //! - [`after_failover`]: the workloads started at Kafka, mirrored, failed
 //!   over (`mirror stop`), and carried on at the agent.
+//! - [`unplanned_failover`]: the Streams application failed over while
+//!   the agent is cut off its source mid-stream, the windows measured.
 //!
 //! The workloads themselves are in [`scenarios`] and [`connect`]. Each
 //! test starts several JVMs beside the cluster's four, so the tests take
@@ -27,3 +29,4 @@ mod at_kafka;
 mod at_the_agent;
 mod connect;
 mod scenarios;
+mod unplanned_failover;
