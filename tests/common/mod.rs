@@ -24,6 +24,7 @@ use ringmirror_storage::batch::{BatchIter, Record, RecordBatch};
 use ringmirror_storage::log::{LogConfig, LogDir, OpenOptions, PartitionLog, TopicPartition};
 use serde_json::Value;
 
+pub mod cut_proxy;
 pub mod kafka;
 pub mod metadata_proxy;
 pub mod pki;
@@ -1373,6 +1374,13 @@ pub fn run_client(mut cmd: Command, what: &str, input: &str, timeout: Duration) 
 /// Committed offsets of `group` at `addr` for `topic`'s partitions
 /// (OffsetFetch v8); uncommitted ones left out.
 pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    try_committed_offsets(addr, group, topic, partitions)
+        .unwrap_or_else(|code| panic!("OffsetFetch {group} at {addr}: error code {code}"))
+}
+
+/// [`committed_offsets`], or the group's error code (NOT_COORDINATOR from
+/// a broker that is not the group's coordinator).
+pub fn try_committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) -> Result<BTreeMap<i32, i64>, i16> {
     use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
     use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse};
     let s = |v: &str| StrBytes::from_string(v.to_owned());
@@ -1390,13 +1398,15 @@ pub fn committed_offsets(addr: &str, group: &str, topic: &str, partitions: i32) 
         .request(ApiKey::OffsetFetch as i16, 8, &request)
         .expect("OffsetFetch");
     let g = &response.groups[0];
-    assert_eq!(g.error_code, 0, "OffsetFetch {group} at {addr}");
-    g.topics
+    if g.error_code != 0 {
+        return Err(g.error_code);
+    }
+    Ok(g.topics
         .iter()
         .flat_map(|t| t.partitions.iter())
         .filter(|p| p.committed_offset >= 0)
         .map(|p| (p.partition_index, p.committed_offset))
-        .collect()
+        .collect())
 }
 
 /// A KIP-848 member's first ConsumerGroupHeartbeat (epoch 0) in `group`,

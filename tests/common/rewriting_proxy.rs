@@ -20,15 +20,23 @@ pub const API_METADATA: i16 = 3;
 /// request's API key and version and the proxy's own address.
 pub type Rewrite = Arc<dyn Fn(i16, i16, SocketAddr, &mut Vec<u8>) + Send + Sync>;
 
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+/// Largest frame read (a Fetch answer is bounded by the client's fetch.max.bytes).
+const FRAME_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// One size-prefixed Kafka frame (at least a correlation id).
+pub fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
-    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    let len = usize::try_from(i32::from_be_bytes(len)).unwrap_or(0);
+    if !(4..=FRAME_BYTES_MAX).contains(&len) {
+        return Err(std::io::Error::other(format!("frame of {len} bytes")));
+    }
+    let mut body = vec![0u8; len];
     s.read_exact(&mut body)?;
     Ok(body)
 }
 
-fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+pub fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
     s.write_all(&(body.len() as i32).to_be_bytes())?;
     s.write_all(body)
 }
@@ -36,10 +44,20 @@ fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
 /// Decodes a Metadata response body, lets `edit` change it and encodes it
 /// again at the same version.
 pub fn edit_metadata(body: &[u8], version: i16, edit: impl FnOnce(&mut MetadataResponse)) -> Vec<u8> {
-    let header_version = MetadataResponse::header_version(version);
+    edit_response(body, version, edit)
+}
+
+/// Decodes a response body of type `R`, lets `edit` change it and encodes
+/// it again at the same version.
+pub fn edit_response<R: Decodable + Encodable + HeaderVersion>(
+    body: &[u8],
+    version: i16,
+    edit: impl FnOnce(&mut R),
+) -> Vec<u8> {
+    let header_version = R::header_version(version);
     let mut buf = Bytes::copy_from_slice(body);
-    let header = ResponseHeader::decode(&mut buf, header_version).expect("metadata header");
-    let mut response = MetadataResponse::decode(&mut buf, version).expect("metadata body");
+    let header = ResponseHeader::decode(&mut buf, header_version).expect("response header");
+    let mut response = R::decode(&mut buf, version).expect("response body");
     edit(&mut response);
     let mut out = BytesMut::new();
     header.encode(&mut out, header_version).unwrap();

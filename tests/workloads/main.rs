@@ -13,6 +13,8 @@
 //! - [`at_the_agent`]: the same workloads at a plain agent, on local topics.
 //! - [`after_failover`]: the workloads started at Kafka, mirrored, failed
 //!   over (`mirror stop`), and carried on at the agent.
+//! - [`unplanned_failover`]: the Streams application failed over while
+//!   the agent is cut off its source mid-stream, the windows measured.
 //!
 //! - [`broker_apis`]: the broker APIs Kafka's tools and clients use beside
 //!   them (leader election, topic auto-creation), at the agent and at Kafka.
@@ -31,3 +33,4 @@ mod at_the_agent;
 mod broker_apis;
 mod connect;
 mod scenarios;
+mod unplanned_failover;

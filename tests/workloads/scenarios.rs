@@ -195,25 +195,29 @@ impl StreamsApp {
     /// changelog), holding each record `delay_ms`, stopping after
     /// `idle_ms` without one (0: until stopped).
     pub fn start(&self, bootstrap: &str, dir: &Path, delay_ms: u32, idle_ms: u32) -> Background {
+        self.start_with(bootstrap, dir, delay_ms, idle_ms, &[])
+    }
+
+    /// [`start`](Self::start) with more driver arguments (`--prop k=v`).
+    pub fn start_with(&self, bootstrap: &str, dir: &Path, delay_ms: u32, idle_ms: u32, extra: &[&str]) -> Background {
         let state = tempfile::tempdir_in(dir).expect("state dir").keep();
-        spawn_driver(
-            "streams-count",
-            bootstrap,
-            &[
-                "--app-id",
-                &self.app_id,
-                "--input",
-                &self.input,
-                "--output",
-                &self.output,
-                "--state-dir",
-                state.to_str().expect("utf-8 path"),
-                "--record-delay-ms",
-                &delay_ms.to_string(),
-                "--idle-ms",
-                &idle_ms.to_string(),
-            ],
-        )
+        let (delay_ms, idle_ms) = (delay_ms.to_string(), idle_ms.to_string());
+        let mut args = vec![
+            "--app-id",
+            &self.app_id,
+            "--input",
+            &self.input,
+            "--output",
+            &self.output,
+            "--state-dir",
+            state.to_str().expect("utf-8 path"),
+            "--record-delay-ms",
+            &delay_ms,
+            "--idle-ms",
+            &idle_ms,
+        ];
+        args.extend_from_slice(extra);
+        spawn_driver("streams-count", bootstrap, &args)
     }
 
     /// Runs the application at `bootstrap` (each record held 10 ms) until

@@ -29,6 +29,17 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Drops every connection of the control plane (a request on one may
+    /// have been abandoned halfway): the next use connects afresh.
+    pub(super) fn forget_connections(&mut self) {
+        for m in self.mirrors.values_mut() {
+            m.conn = None;
+        }
+        self.listener_conn = None;
+    }
+}
+
 /// Connection settings for the control plane's requests.
 fn control_options(what: &str) -> ConnectionOptions {
     ConnectionOptions {

@@ -23,6 +23,7 @@
 //! * [`connections`] — connections to the sources and our own listener.
 //! * [`verification`] — divergence checks and `mirror verify` on request.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +70,29 @@ const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a failover (`mirror stop`) waits for its last group offset sync
 /// before it goes on without it: what a dead source can delay it by.
 const FINAL_GROUP_SYNC_MAX: Duration = Duration::from_secs(5);
+
+/// Runs `work` (the metadata rounds) while taking in the operator's calls
+/// into `received`; a `mirror stop` among them abandons `work` (`None`):
+/// the failover goes first, the rounds run again after it.
+async fn until_stop_called<T>(
+    calls: &async_channel::Receiver<AdminCall>,
+    received: &RefCell<VecDeque<AdminCall>>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    futures_lite::future::or(async { Some(work.await) }, async {
+        loop {
+            let Ok(call) = calls.recv().await else {
+                return futures_lite::future::pending().await;
+            };
+            let stop = matches!(call.request, crate::admin::AdminRequest::Stop { .. });
+            received.borrow_mut().push_back(call);
+            if stop {
+                return None;
+            }
+        }
+    })
+    .await
+}
 
 /// What the coordinator is started with.
 pub struct CoordinatorSetup {
@@ -395,9 +419,19 @@ impl Core {
         // metadata round (which may wait on a source): it must not
         // auto-create a topic a mirror covers.
         self.reports.publish(Arc::new(self.mirror_reports()));
+        // Calls taken in while a round ran, answered before any new one.
+        let received: RefCell<VecDeque<AdminCall>> = RefCell::default();
         while !stop.load(Ordering::Acquire) {
-            self.sync_due_mirrors().await;
-            self.prepare_waiting().await;
+            // A source that stopped answering holds a round for its I/O
+            // timeouts; a failover must not wait behind that.
+            let rounds = async {
+                self.sync_due_mirrors().await;
+                self.prepare_waiting().await;
+            };
+            if until_stop_called(&calls, &received, rounds).await.is_none() {
+                tracing::warn!("a metadata round was abandoned for a mirror stop");
+                self.forget_connections();
+            }
             if let Some(done) = first.take() {
                 let _ = done.send(());
             }
@@ -406,8 +440,12 @@ impl Core {
                 self.reports.publish(Arc::new(self.mirror_reports()));
                 self.reports_dirty = false;
             }
+            let queued = received.borrow_mut().pop_front();
             let wake = futures_lite::future::or(
                 async {
+                    if let Some(call) = queued {
+                        return Wake::Call(call);
+                    }
                     match calls.recv().await {
                         Ok(call) => Wake::Call(call),
                         // No admin channel any more: only events and timers.

@@ -10,7 +10,7 @@
 //! unreachable) is handed back to the supervisor with the reason.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +33,7 @@ use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
 use super::ingest::{AlignedBuffer, IngestMode};
 use super::partition::MirrorPartition;
 use super::stats::FetchStats;
-use super::supervisor::LiveSettings;
+use super::supervisor::{LiveSettings, MirrorSettings};
 use crate::partition::destination_epoch;
 use ringmirror_storage::clock::now_ms;
 
@@ -169,6 +169,11 @@ pub(crate) struct MirrorFetcher {
     pub stats: Rc<RefCell<FetchStats>>,
     /// The shard's io_uring ring, when appends go through it.
     pub append_ring: Option<Rc<AppendRing>>,
+    /// Notified when a directive is left or the shard stops: a round in
+    /// progress is abandoned for it (see `unless_interrupted`).
+    pub interrupt: Rc<Event>,
+    /// The partitions this fetcher holds (taken from `inbox`, not given back).
+    pub held: RefCell<HashSet<TopicPartition>>,
 }
 
 /// What the response said that must be acted on after it is fully read.
@@ -180,6 +185,7 @@ struct AfterResponse {
 
 impl MirrorFetcher {
     fn give_back(&self, partition: MirrorPartition, reason: ReturnReason) {
+        self.held.borrow_mut().remove(&partition.key.tp);
         // Whoever takes it next (or closes it) finds its writes all in.
         self.settle_writes(&partition);
         self.returns.borrow_mut().push(Returned { partition, reason });
@@ -203,7 +209,10 @@ impl MirrorFetcher {
         loop {
             // Read afresh each round: `mirror update` may have replaced them.
             let settings = self.settings.get();
-            partitions.append(&mut self.inbox.borrow_mut());
+            for p in self.inbox.borrow_mut().drain(..) {
+                self.held.borrow_mut().insert(p.key.tp.clone());
+                partitions.push(p);
+            }
             self.apply_directives(&mut partitions);
             if self.stop.get() || partitions.is_empty() {
                 // No await between this check and `alive = false`, so the
@@ -214,63 +223,120 @@ impl MirrorFetcher {
                 }
                 return;
             }
-            let c = match &mut conn {
-                Some(c) => c,
-                None => match Connection::connect(&self.addr, settings.connection.clone()).await {
-                    Ok(c) => {
-                        connect_failures = 0;
-                        // A session lives with its connection.
-                        session = ClientSession::default();
-                        conn.insert(c)
-                    }
-                    Err(e) => {
-                        connect_failures += 1;
-                        tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "cannot connect to source broker");
-                        if connect_failures >= CONNECT_ATTEMPTS_MAX {
-                            for p in partitions.drain(..) {
-                                self.give_back(p, ReturnReason::BrokerUnreachable);
-                            }
-                            continue;
-                        }
-                        glommio::timer::sleep(settings.backoff(connect_failures)).await;
-                        continue;
-                    }
-                },
-            };
-            for p in partitions
+            let round = self.round(
+                &settings,
+                &mut conn,
+                &mut connect_failures,
+                &mut partitions,
+                &mut scratch,
+                &mut session,
+            );
+            if self.unless_interrupted(round).await.is_none() {
+                // A request the source has not answered is abandoned with
+                // its connection (a new session after it): the directive is
+                // carried out at the top of the loop.
+                conn = None;
+            }
+        }
+    }
+
+    /// Runs `work` unless the shard stops or an operator's directive for a
+    /// partition held here (end, remove, pause) comes first: a source that
+    /// stopped answering (a network partition, not a refused connection)
+    /// would otherwise hold a failover for the I/O timeout.
+    async fn unless_interrupted<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        futures_lite::future::or(async { Some(work.await) }, async {
+            loop {
+                let listener = self.interrupt.listen();
+                if self.interrupted() {
+                    return None;
+                }
+                listener.await;
+            }
+        })
+        .await
+    }
+
+    fn interrupted(&self) -> bool {
+        if self.stop.get() {
+            return true;
+        }
+        let directives = self.directives.borrow();
+        !directives.is_empty() && {
+            let held = self.held.borrow();
+            directives
                 .iter()
-                .filter(|p| p.needs_truncation_check || p.divergence_check.is_some())
-            {
-                self.settle_writes(p);
-            }
-            if let Err(e) = self.converge_new_partitions(c, &mut partitions).await {
-                tracing::warn!(broker = self.broker_id, error = %e, "truncation check failed; reconnecting");
-                conn = None;
-                continue;
-            }
-            if let Err(e) = self.check_divergences(c, &mut partitions).await {
-                tracing::warn!(broker = self.broker_id, error = %e, "divergence check failed; reconnecting");
-                conn = None;
-                continue;
-            }
-            if !partitions.iter().any(MirrorPartition::fetchable) {
-                // Nothing to fetch until told to go on; wait without spinning.
-                glommio::timer::sleep(Duration::from_millis(settings.fetch_max_wait_ms)).await;
-                continue;
-            }
-            match self.fetch_once(c, &mut partitions, &mut scratch, &mut session).await {
-                Ok(after) => {
-                    if let Err(e) = self.act_after_response(c, &mut partitions, after).await {
-                        tracing::warn!(broker = self.broker_id, error = %e, "follow-up request failed; reconnecting");
-                        conn = None;
-                    }
+                .any(|(tp, d)| matches!(d, Directive::End | Directive::Remove | Directive::Pause) && held.contains(tp))
+        }
+    }
+
+    /// One round with the broker: connect if need be, converge and check
+    /// the partitions that need it, fetch once and act on the answer.
+    async fn round(
+        &self,
+        settings: &MirrorSettings,
+        conn: &mut Option<Connection>,
+        connect_failures: &mut u32,
+        partitions: &mut Vec<MirrorPartition>,
+        scratch: &mut AlignedBuffer,
+        session: &mut ClientSession,
+    ) {
+        let c = match conn {
+            Some(c) => c,
+            None => match Connection::connect(&self.addr, settings.connection.clone()).await {
+                Ok(c) => {
+                    *connect_failures = 0;
+                    // A session lives with its connection.
+                    *session = ClientSession::default();
+                    conn.insert(c)
                 }
                 Err(e) => {
-                    tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "fetch failed; reconnecting");
-                    conn = None;
-                    connect_failures += 1;
-                    glommio::timer::sleep(settings.backoff(connect_failures)).await;
+                    *connect_failures += 1;
+                    tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "cannot connect to source broker");
+                    if *connect_failures >= CONNECT_ATTEMPTS_MAX {
+                        for p in partitions.drain(..) {
+                            self.give_back(p, ReturnReason::BrokerUnreachable);
+                        }
+                        return;
+                    }
+                    glommio::timer::sleep(settings.backoff(*connect_failures)).await;
+                    return;
                 }
+            },
+        };
+        for p in partitions
+            .iter()
+            .filter(|p| p.needs_truncation_check || p.divergence_check.is_some())
+        {
+            self.settle_writes(p);
+        }
+        if let Err(e) = self.converge_new_partitions(c, partitions).await {
+            tracing::warn!(broker = self.broker_id, error = %e, "truncation check failed; reconnecting");
+            *conn = None;
+            return;
+        }
+        if let Err(e) = self.check_divergences(c, partitions).await {
+            tracing::warn!(broker = self.broker_id, error = %e, "divergence check failed; reconnecting");
+            *conn = None;
+            return;
+        }
+        if !partitions.iter().any(MirrorPartition::fetchable) {
+            // Nothing to fetch until told to go on; wait without spinning.
+            glommio::timer::sleep(Duration::from_millis(settings.fetch_max_wait_ms)).await;
+            return;
+        }
+        match self.fetch_once(c, partitions, scratch, session).await {
+            Ok(after) => {
+                if let Err(e) = self.act_after_response(c, partitions, after).await {
+                    tracing::warn!(broker = self.broker_id, error = %e, "follow-up request failed; reconnecting");
+                    *conn = None;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(broker = self.broker_id, addr = self.addr, error = %e, "fetch failed; reconnecting");
+                *conn = None;
+                *connect_failures += 1;
+                glommio::timer::sleep(settings.backoff(*connect_failures)).await;
             }
         }
     }

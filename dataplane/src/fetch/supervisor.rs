@@ -155,6 +155,8 @@ struct Supervisor {
     directives: Directives,
     /// Tells fetchers to hand everything back.
     stop: Rc<Cell<bool>>,
+    /// Wakes fetchers to a new directive or the stop, mid-round.
+    interrupt: Rc<Event>,
     metadata: Option<SourceMetadata>,
     appended: Arc<Event>,
     registry: Rc<Registry>,
@@ -190,6 +192,7 @@ pub async fn run_mirror(
         returns: Rc::new(RefCell::new(Vec::new())),
         directives: Rc::new(RefCell::new(HashMap::new())),
         stop: Rc::new(Cell::new(false)),
+        interrupt: Rc::new(Event::new()),
         metadata: None,
         appended: Arc::clone(registry.appended()),
         registry,
@@ -214,10 +217,17 @@ pub async fn run_mirror(
         let due = s.pending.iter().any(|p| p.retry_at_ms <= now);
         if (due && s.metadata.is_none()) || now.saturating_sub(last_refresh_ms) >= settings.metadata_refresh_ms {
             let topics: Vec<String> = s.topics.iter().cloned().collect();
-            let refreshed = refresh(&settings, &mut meta_conn, &topics)
+            let Some(refreshed) = s
+                .unless_commanded(&inbox, refresh(&settings, &mut meta_conn, &topics))
                 .await
-                .map_err(|e| e.to_string())
-                .and_then(|m| s.same_cluster(m));
+            else {
+                // A command or a returned partition first (a failover must
+                // not wait for a source that stopped answering); the
+                // refresh starts over after it.
+                meta_conn = None;
+                continue;
+            };
+            let refreshed = refreshed.map_err(|e| e.to_string()).and_then(|m| s.same_cluster(m));
             match refreshed {
                 Ok(m) => {
                     metadata_failures = 0;
@@ -264,6 +274,20 @@ impl Supervisor {
 
     fn event(&self, event: StateEvent) {
         self.events.state(event);
+    }
+
+    /// Runs `work` unless a command arrives, or a fetcher hands a partition
+    /// back (one whose mirroring ends is ended at once), first.
+    async fn unless_commanded<T>(&self, inbox: &MirrorInbox, work: impl std::future::Future<Output = T>) -> Option<T> {
+        futures_lite::future::or(async { Some(work.await) }, async {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(IDLE_POLL_MS)).await;
+                if !inbox.borrow().is_empty() || !self.returns.borrow().is_empty() {
+                    return None;
+                }
+            }
+        })
+        .await
     }
 
     /// Applies queued commands; returns true on Stop.
@@ -377,6 +401,8 @@ impl Supervisor {
             } else {
                 directives.insert(tp, directive);
             }
+            drop(directives);
+            self.interrupt.notify(usize::MAX);
         } else {
             let error = format!("{directive:?}: partition is not mirrored here");
             self.event(StateEvent::CommandFailed {
@@ -446,6 +472,36 @@ impl Supervisor {
     fn take_returns(&mut self) {
         let returned: Vec<Returned> = self.returns.borrow_mut().drain(..).collect();
         for Returned { mut partition, reason } in returned {
+            // A directive its fetcher let it go before seeing (the broker
+            // unreachable, new metadata needed) is carried out here: an End
+            // must not wait for a source that may never answer again.
+            let left = match reason {
+                ReturnReason::Removed | ReturnReason::Ended | ReturnReason::Resumed => None,
+                _ => self.directives.borrow_mut().remove(&partition.key.tp),
+            };
+            match left {
+                Some(Directive::End) => {
+                    self.end_mirroring(partition);
+                    continue;
+                }
+                Some(Directive::Remove) => {
+                    self.close_removed(partition);
+                    continue;
+                }
+                Some(Directive::Pause) => {
+                    partition.paused = true;
+                    self.event(StateEvent::Paused {
+                        mirror: partition.key.mirror.clone(),
+                        tp: partition.key.tp.clone(),
+                    });
+                }
+                Some(Directive::Resume) => {
+                    partition.paused = false;
+                    partition.stopped = false;
+                }
+                Some(Directive::CheckDivergence) => partition.divergence_check = Some(PendingCheck::NOW),
+                None => {}
+            }
             let retry_at_ms = match reason {
                 ReturnReason::Removed => {
                     self.close_removed(partition);
@@ -541,6 +597,8 @@ impl Supervisor {
                         append_ring: (self.settings.get().ingest == IngestMode::Uring)
                             .then(|| AppendRing::for_this_shard(&self.appended))
                             .flatten(),
+                        interrupt: Rc::clone(&self.interrupt),
+                        held: RefCell::default(),
                     };
                     glommio::spawn_local(fetcher.run()).detach();
                     self.fetchers.insert(source.leader, handle);
@@ -569,7 +627,9 @@ impl Supervisor {
 
     async fn collect_on_stop(self) -> Vec<MirrorPartition> {
         self.stop.set(true);
-        // Fetchers finish their in-flight fetch, then hand everything back.
+        self.interrupt.notify(usize::MAX);
+        // Fetchers abandon their round (a source that stopped answering
+        // must not hold the shard's stop), then hand everything back.
         while self.fetchers.values().any(|f| f.alive.get()) {
             glommio::timer::sleep(Duration::from_millis(5)).await;
         }
