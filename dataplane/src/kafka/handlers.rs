@@ -32,9 +32,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::connection::ClientConnection;
 use super::fetch;
-use super::listener::ClientConnection;
 use super::log_dirs;
+use super::response::Response;
 use super::write;
 use crate::partition::catalog::Catalog;
 use crate::partition::mirror_reports::{MirrorReport, MirrorReports};
@@ -71,16 +72,17 @@ pub const READ_COMMITTED: i8 = 1;
 /// a resource that does not exist") says the same.
 const RESOURCE_NOT_FOUND: i16 = 91;
 
-pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request: Request) -> std::io::Result<()> {
+/// The answer to one request (the session writes it).
+pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request: Request) -> Response {
     let version = header.request_api_version;
     let id = header.correlation_id;
     match request {
-        Request::ApiVersions(r) => api_versions(conn, version, id, &r).await,
+        Request::ApiVersions(r) => api_versions(version, id, &r),
         Request::Metadata(r) => {
             let body = metadata(conn, version, r).await;
-            conn.respond(ApiKey::Metadata, version, id, &body).await
+            Response::kafka(ApiKey::Metadata, version, id, &body)
         }
-        Request::Fetch(r) => fetch::handle_fetch(conn, version, id, r).await,
+        Request::Fetch(r) => Response::Fetch(fetch::handle_fetch(conn, version, id, r).await),
         Request::ListOffsets(mut r) => {
             // DESCRIBE on each topic (Kafka's handleListOffsetRequest).
             let denied = take_unauthorized(conn, &mut r.topics, AclOperation::Describe, |t| &t.name.0);
@@ -102,7 +104,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .with_name(t.name)
                     .with_partitions(partitions)
             }));
-            conn.respond(ApiKey::ListOffsets, version, id, &body).await
+            Response::kafka(ApiKey::ListOffsets, version, id, &body)
         }
         Request::OffsetForLeaderEpoch(mut r) => {
             // DESCRIBE on each topic (Kafka's handleOffsetForLeaderEpochRequest).
@@ -124,19 +126,19 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .with_topic(t.topic)
                     .with_partitions(partitions)
             }));
-            conn.respond(ApiKey::OffsetForLeaderEpoch, version, id, &body).await
+            Response::kafka(ApiKey::OffsetForLeaderEpoch, version, id, &body)
         }
         Request::DescribeCluster(r) => {
             let body = describe_cluster(&conn.catalog.get(), &r);
-            conn.respond(ApiKey::DescribeCluster, version, id, &body).await
+            Response::kafka(ApiKey::DescribeCluster, version, id, &body)
         }
         Request::DescribeLogDirs(r) => {
             let body = log_dirs::describe_log_dirs(conn, r).await;
-            conn.respond(ApiKey::DescribeLogDirs, version, id, &body).await
+            Response::kafka(ApiKey::DescribeLogDirs, version, id, &body)
         }
         Request::DescribeConfigs(r) => {
             let body = describe_configs(conn, r).await;
-            conn.respond(ApiKey::DescribeConfigs, version, id, &body).await
+            Response::kafka(ApiKey::DescribeConfigs, version, id, &body)
         }
         Request::DescribeAcls(r) => {
             // DESCRIBE on the cluster (Kafka's AclApis.handleDescribeAcls).
@@ -147,7 +149,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
                     .with_error_message(Some(str("Cluster authorization failed.")))
             };
-            conn.respond(ApiKey::DescribeAcls, version, id, &body).await
+            Response::kafka(ApiKey::DescribeAcls, version, id, &body)
         }
         Request::CreateAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleCreateAcls).
@@ -165,7 +167,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .collect();
                 CreateAclsResponse::default().with_results(results)
             };
-            conn.respond(ApiKey::CreateAcls, version, id, &body).await
+            Response::kafka(ApiKey::CreateAcls, version, id, &body)
         }
         Request::DeleteAcls(r) => {
             // ALTER on the cluster (Kafka's AclApis.handleDeleteAcls).
@@ -183,13 +185,13 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .collect();
                 DeleteAclsResponse::default().with_filter_results(results)
             };
-            conn.respond(ApiKey::DeleteAcls, version, id, &body).await
+            Response::kafka(ApiKey::DeleteAcls, version, id, &body)
         }
         Request::Produce(mut r) => {
             let acks = r.acks;
             if !matches!(acks, -1..=1) {
                 let body = write::refuse_produce(&r, version, ec::INVALID_REQUIRED_ACKS);
-                return conn.respond(ApiKey::Produce, version, id, &body).await;
+                return Response::kafka(ApiKey::Produce, version, id, &body);
             }
             // WRITE on each topic (Kafka's handleProduceRequest);
             // a transactional batch is verified with its coordinator in
@@ -203,9 +205,9 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             }
             // acks=0: the client expects no response at all.
             if acks == 0 {
-                return Ok(());
+                return Response::None;
             }
-            conn.respond(ApiKey::Produce, version, id, &body).await
+            Response::kafka(ApiKey::Produce, version, id, &body)
         }
         Request::CreateTopics(mut r) => {
             // CREATE on the cluster or on each topic (Kafka's
@@ -224,7 +226,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .with_num_partitions(-1)
                     .with_replication_factor(-1)
             }));
-            conn.respond(ApiKey::CreateTopics, version, id, &body).await
+            Response::kafka(ApiKey::CreateTopics, version, id, &body)
         }
         Request::CreatePartitions(mut r) => {
             // ALTER on each topic (Kafka's handleCreatePartitionsRequest).
@@ -236,7 +238,7 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
                     .with_error_message(Some(str("Authorization failed.")))
             }));
-            conn.respond(ApiKey::CreatePartitions, version, id, &body).await
+            Response::kafka(ApiKey::CreatePartitions, version, id, &body)
         }
         Request::InitProducerId(r) => {
             // Idempotent producers: IDEMPOTENT_WRITE on the cluster or
@@ -252,11 +254,11 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
             } else {
                 write::init_producer_id(conn, &r)
             };
-            conn.respond(ApiKey::InitProducerId, version, id, &body).await
+            Response::kafka(ApiKey::InitProducerId, version, id, &body)
         }
         Request::Group(r) => super::groups::handle(conn, &header, r).await,
         Request::Transaction(r) => super::transactions::handle(conn, &header, r).await,
-        Request::Sasl(r) => super::sasl::after_authentication(conn, &header, r).await,
+        Request::Sasl(r) => super::sasl::after_authentication(&header, r),
         Request::DescribeClusterMirrors(r) => {
             // Ours, not Kafka's: DESCRIBE on the cluster.
             let body = if conn.authorized_cluster(AclOperation::Describe) {
@@ -267,10 +269,9 @@ pub async fn handle(conn: &mut ClientConnection, header: RequestHeader, request:
                     ..Default::default()
                 }
             };
-            conn.respond_encoded(ServedApi::DescribeClusterMirrors, version, id, |buf| {
+            Response::encoded(ServedApi::DescribeClusterMirrors, version, id, |buf| {
                 body.encode(buf).map_err(|e| e.to_string())
             })
-            .await
         }
     }
 }
@@ -309,23 +310,18 @@ fn api_version_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-async fn api_versions(
-    conn: &mut ClientConnection,
-    version: i16,
-    id: i32,
-    _request: &ApiVersionsRequest,
-) -> std::io::Result<()> {
+fn api_versions(version: i16, id: i32, _request: &ApiVersionsRequest) -> Response {
     let body = ApiVersionsResponse::default().with_api_keys(api_version_list());
-    conn.respond(ApiKey::ApiVersions, version, id, &body).await
+    Response::kafka(ApiKey::ApiVersions, version, id, &body)
 }
 
 /// An ApiVersions request at a version we do not speak gets a v0 answer
 /// with UNSUPPORTED_VERSION and our list, so the client can retry lower.
-pub async fn unsupported_api_versions(conn: &mut ClientConnection, id: i32) -> std::io::Result<()> {
+pub fn unsupported_api_versions(id: i32) -> Response {
     let body = ApiVersionsResponse::default()
         .with_error_code(ec::UNSUPPORTED_VERSION)
         .with_api_keys(api_version_list());
-    conn.respond(ApiKey::ApiVersions, 0, id, &body).await
+    Response::kafka(ApiKey::ApiVersions, 0, id, &body)
 }
 
 fn leader_epoch(p: &ServedPartition, _log: &PartitionLog, _: &()) -> i32 {

@@ -3,7 +3,13 @@
 //! writable topics: accepting, the session of each connection, and the
 //! answers per API family.
 //!
-//! * [`listener`] — accepting, framing, sending (records via sendfile).
+//! * [`listener`] — accepting, and each connection's session: framing,
+//!   reading requests, writing the answers in order (records via
+//!   sendfile); the only place that writes to a client's socket.
+//! * [`connection`] — a connection as its handlers see it (peer,
+//!   principal, authorization, fetch session); [`response`] — what a
+//!   handler returns: an encoded frame, a Fetch response with file ranges,
+//!   a raw SASL token, or nothing.
 //! * [`sasl`] and [`tls`] — authentication and encryption of a connection
 //!   before its requests are served.
 //! * [`handlers`] — the dispatch and the answers of the metadata, offset,
@@ -18,12 +24,14 @@
 //!   coordinator, its timer and markers.
 //! * [`log_dirs`] — DescribeLogDirs.
 
+pub mod connection;
 mod consumer_groups;
 mod fetch;
 pub mod groups;
 mod handlers;
 pub mod listener;
 mod log_dirs;
+pub mod response;
 pub mod sasl;
 pub mod tls;
 pub mod transactions;

@@ -27,7 +27,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::listener::ClientConnection;
+use super::connection::ClientConnection;
 use super::transactions::{mirror_topic_message, verification_error};
 use crate::partition::catalog::random_bytes;
 use crate::partition::registry::{Registry, ServedPartition, UNCLAIMED_MIRROR};

@@ -51,7 +51,8 @@ use crate::groups::{
     GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult, Reply, SyncRequest,
     SyncResult, group_shard, shard_coordinator,
 };
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
+use crate::kafka::response::Response;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::{Registry, ShardAccess};
 use crate::security::acls::{AclOperation, ResourceType};
@@ -169,12 +170,12 @@ fn take_denied_topics<T>(
 /// The answer to a group request the connection's principal may not make
 /// (as Kafka's `KafkaApis` and `AuthHelper`), or the request back when it
 /// may (possibly with some of its parts answered later, see `handle`).
-async fn refuse_unauthorized(
-    conn: &mut ClientConnection,
+fn refuse_unauthorized(
+    conn: &ClientConnection,
     version: i16,
     id: i32,
     request: GroupRequest,
-) -> std::io::Result<Option<GroupRequest>> {
+) -> Result<GroupRequest, Response> {
     use AclOperation::{Describe, Read};
     let denied = GROUP_AUTHORIZATION_FAILED;
     match request {
@@ -183,19 +184,19 @@ async fn refuse_unauthorized(
                 .with_error_code(denied)
                 .with_generation_id(-1)
                 .with_member_id(r.member_id);
-            conn.respond(ApiKey::JoinGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::JoinGroup, version, id, &body))
         }
         GroupRequest::SyncGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = SyncGroupResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::SyncGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::SyncGroup, version, id, &body))
         }
         GroupRequest::Heartbeat(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = HeartbeatResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::Heartbeat, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::Heartbeat, version, id, &body))
         }
         GroupRequest::LeaveGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = LeaveGroupResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::LeaveGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::LeaveGroup, version, id, &body))
         }
         GroupRequest::OffsetCommit(r) if !group_allowed(conn, Read, &r.group_id) => {
             let topics = r
@@ -217,7 +218,7 @@ async fn refuse_unauthorized(
                 })
                 .collect();
             let body = OffsetCommitResponse::default().with_topics(topics);
-            conn.respond(ApiKey::OffsetCommit, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::OffsetCommit, version, id, &body))
         }
         GroupRequest::OffsetFetch(r) if version < 8 && !group_allowed(conn, Describe, &r.group_id) => {
             // v2+: the group's error; v0-1: per asked partition.
@@ -247,7 +248,7 @@ async fn refuse_unauthorized(
                     .collect();
                 body = body.with_topics(topics);
             }
-            conn.respond(ApiKey::OffsetFetch, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::OffsetFetch, version, id, &body))
         }
         GroupRequest::FindCoordinator(r)
             if r.key_type == KEY_TYPE_GROUP && version < 4 && !group_allowed(conn, Describe, &r.key) =>
@@ -256,37 +257,32 @@ async fn refuse_unauthorized(
                 .with_error_code(denied)
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
-            conn.respond(ApiKey::FindCoordinator, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::FindCoordinator, version, id, &body))
         }
         GroupRequest::AlterShareGroupOffsets(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = AlterShareGroupOffsetsResponse::default()
                 .with_error_code(denied)
                 .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
-            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::AlterShareGroupOffsets, version, id, &body))
         }
         GroupRequest::DeleteShareGroupOffsets(r) if !group_allowed(conn, AclOperation::Delete, &r.group_id) => {
             let body = DeleteShareGroupOffsetsResponse::default()
                 .with_error_code(denied)
                 .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
-            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body)
-                .await?;
+            Err(Response::kafka(ApiKey::DeleteShareGroupOffsets, version, id, &body))
         }
-        request => return Ok(Some(request)),
+        request => Ok(request),
     }
-    Ok(None)
 }
 
-pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> std::io::Result<()> {
+/// The answer to a group request.
+pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> Response {
     let version = header.request_api_version;
     let id = header.correlation_id;
     let request = if conn.authz_restricted() {
-        match refuse_unauthorized(conn, version, id, request).await {
-            Ok(Some(request)) => request,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(principal = conn.auth.principal(), error = %e, "closing client connection");
-                return Err(e);
-            }
+        match refuse_unauthorized(conn, version, id, request) {
+            Ok(request) => request,
+            Err(refused) => return refused,
         }
     } else {
         request
@@ -319,16 +315,16 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     }
                 }
             }
-            conn.respond(ApiKey::FindCoordinator, version, id, &body).await
+            Response::kafka(ApiKey::FindCoordinator, version, id, &body)
         }
         GroupRequest::JoinGroup(r) => {
             let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
             let body = join_group(&conn.access, version, (client_id, conn.peer_host()), r).await;
-            conn.respond(ApiKey::JoinGroup, version, id, &body).await
+            Response::kafka(ApiKey::JoinGroup, version, id, &body)
         }
         GroupRequest::SyncGroup(r) => {
             let body = sync_group(&conn.access, version, r).await;
-            conn.respond(ApiKey::SyncGroup, version, id, &body).await
+            Response::kafka(ApiKey::SyncGroup, version, id, &body)
         }
         GroupRequest::Heartbeat(r) => {
             let group = r.group_id.0.to_string();
@@ -338,17 +334,16 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             })
             .await
             .unwrap_or(COORDINATOR_NOT_AVAILABLE);
-            conn.respond(
+            Response::kafka(
                 ApiKey::Heartbeat,
                 version,
                 id,
                 &HeartbeatResponse::default().with_error_code(code),
             )
-            .await
         }
         GroupRequest::LeaveGroup(r) => {
             let body = leave_group(&conn.access, version, r).await;
-            conn.respond(ApiKey::LeaveGroup, version, id, &body).await
+            Response::kafka(ApiKey::LeaveGroup, version, id, &body)
         }
         GroupRequest::OffsetCommit(r) => {
             let catalog = conn.catalog.get();
@@ -370,11 +365,11 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     .with_name(t.name)
                     .with_partitions(partitions)
             }));
-            conn.respond(ApiKey::OffsetCommit, version, id, &body).await
+            Response::kafka(ApiKey::OffsetCommit, version, id, &body)
         }
         GroupRequest::TxnOffsetCommit(r) => {
             let body = txn_offset_commit(conn, version, r).await;
-            conn.respond(ApiKey::TxnOffsetCommit, version, id, &body).await
+            Response::kafka(ApiKey::TxnOffsetCommit, version, id, &body)
         }
         GroupRequest::OffsetFetch(mut r) => {
             // DESCRIBE on each group (v8+ here; before, above) and on each
@@ -424,7 +419,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     .with_group_id(g.group_id)
                     .with_error_code(GROUP_AUTHORIZATION_FAILED)
             }));
-            conn.respond(ApiKey::OffsetFetch, version, id, &body).await
+            Response::kafka(ApiKey::OffsetFetch, version, id, &body)
         }
         GroupRequest::ListGroups(r) => {
             let mut body = list_groups(&conn.access, version, &r).await;
@@ -434,7 +429,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                 body.groups
                     .retain(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
             }
-            conn.respond(ApiKey::ListGroups, version, id, &body).await
+            Response::kafka(ApiKey::ListGroups, version, id, &body)
         }
         GroupRequest::DescribeGroups(r) => {
             // DESCRIBE on each group (Kafka's handleDescribeGroupsRequest).
@@ -454,7 +449,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     .with_error_code(GROUP_AUTHORIZATION_FAILED)
                     .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
             }));
-            conn.respond(ApiKey::DescribeGroups, version, id, &body).await
+            Response::kafka(ApiKey::DescribeGroups, version, id, &body)
         }
         GroupRequest::DeleteGroups(r) => {
             let mut results = Vec::with_capacity(r.groups_names.len());
@@ -479,7 +474,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                 );
             }
             let body = DeleteGroupsResponse::default().with_results(results);
-            conn.respond(ApiKey::DeleteGroups, version, id, &body).await
+            Response::kafka(ApiKey::DeleteGroups, version, id, &body)
         }
         GroupRequest::ConsumerGroupHeartbeat(r) => super::consumer_groups::heartbeat(conn, header, r).await,
         GroupRequest::ConsumerGroupDescribe(r) => super::consumer_groups::describe(conn, header, r).await,
@@ -502,10 +497,10 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                     .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
             });
             body.groups = refused.chain(std::mem::take(&mut body.groups)).collect();
-            conn.respond(ApiKey::ShareGroupDescribe, version, id, &body).await
+            Response::kafka(ApiKey::ShareGroupDescribe, version, id, &body)
         }
         GroupRequest::DescribeShareGroupOffsets(r) => {
-            share::respond_describe_share_group_offsets(conn, version, id, restricted, r).await
+            share::describe_share_group_offsets_response(conn, version, id, restricted, r).await
         }
         GroupRequest::AlterShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
@@ -531,7 +526,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                         .with_partitions(partitions)
                 }));
             }
-            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await
+            Response::kafka(ApiKey::AlterShareGroupOffsets, version, id, &body)
         }
         GroupRequest::DeleteShareGroupOffsets(r) => {
             let catalog = conn.catalog.get();
@@ -548,7 +543,7 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
                         .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
                 }));
             }
-            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body).await
+            Response::kafka(ApiKey::DeleteShareGroupOffsets, version, id, &body)
         }
     }
 }

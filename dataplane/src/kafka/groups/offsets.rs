@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 use super::{group_allowed, on_coordinator, s, topic_allowed};
 use crate::groups::codes::*;
 use crate::groups::{CommittedOffset, group_shard};
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::ShardAccess;
 use crate::security::acls::{AclOperation, ResourceType};

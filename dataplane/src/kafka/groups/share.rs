@@ -23,7 +23,8 @@ use uuid::Uuid;
 use super::{AUTHORIZED_OPERATIONS_OMITTED, group_allowed, on_coordinator, s, topic_allowed};
 use crate::groups::ShareStartOffset;
 use crate::groups::codes::*;
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
+use crate::kafka::response::Response;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::{ServedPartition, ShardAccess};
 use crate::security::acls::AclOperation;
@@ -44,13 +45,13 @@ const SHARE_ASSIGNOR: &str = "simple";
 /// TOPIC_AUTHORIZATION_FAILED per partition when asked (Kafka's
 /// `handleDescribeShareGroupOffsetsRequest`). Encoded here: v1 adds each
 /// partition's lag, which the generated response type has no field for.
-pub(super) async fn respond_describe_share_group_offsets(
+pub(super) async fn describe_share_group_offsets_response(
     conn: &mut ClientConnection,
     version: i16,
     id: i32,
     restricted: bool,
     r: DescribeShareGroupOffsetsRequest,
-) -> std::io::Result<()> {
+) -> Response {
     let catalog = conn.catalog.get();
     let mut r = r;
     // DESCRIBE on each group, and on each topic: left out of "all
@@ -141,10 +142,9 @@ pub(super) async fn respond_describe_share_group_offsets(
             (high_watermark - p.start_offset).max(0)
         })
     };
-    conn.respond_encoded(ServedApi::DescribeShareGroupOffsets, version, id, |buf| {
+    Response::encoded(ServedApi::DescribeShareGroupOffsets, version, id, |buf| {
         share_group_offsets::encode_response(&body, version, lag, buf).map_err(|e| e.to_string())
     })
-    .await
 }
 
 /// A topic's id at this agent, or Kafka's zero UUID for one it does not have.
