@@ -21,7 +21,7 @@ use futures_lite::future;
 use kafka_protocol::messages::{FetchRequest, TopicName};
 
 use super::connection::ClientConnection;
-use super::handlers::{READ_COMMITTED, check_leader_epoch};
+use super::log_offsets::{READ_COMMITTED, check_leader_epoch};
 use crate::partition::registry::ServedPartition;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_protocol::wire::{EncodedFetchResponse, FetchResponseWriter, PartitionAnswer, TopicKey};

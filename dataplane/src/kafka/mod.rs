@@ -12,11 +12,16 @@
 //!   a raw SASL token, or nothing.
 //! * [`sasl`] and [`tls`] — authentication and encryption of a connection
 //!   before its requests are served.
-//! * [`handlers`] — the dispatch and the answers of the metadata, offset,
-//!   cluster, config and ACL APIs.
-//! * [`fetch`] — Fetch: reads on the owning shard, long polls.
-//! * [`write`] — local topics (CreateTopics, CreatePartitions, DeleteTopics)
-//!   and Produce.
+//! * [`handlers`] — the dispatch of every request to its API family, and
+//!   ApiVersions.
+//! * [`metadata`] — Metadata, DescribeCluster; [`log_offsets`] —
+//!   ListOffsets, OffsetForLeaderEpoch; [`configs`] — DescribeConfigs;
+//!   [`acls`] — DescribeAcls, CreateAcls, DeleteAcls; [`cluster_mirrors`] —
+//!   DescribeClusterMirrors (API 99).
+//! * [`fetch`] — Fetch: reads on the owning shard, long polls, KIP-227
+//!   sessions.
+//! * [`write`] — local topics (CreateTopics, CreatePartitions),
+//!   InitProducerId and Produce.
 //! * [`groups`] — the group APIs, answered by each group's coordinator;
 //!   [`consumer_groups`] — KIP-848's ConsumerGroupHeartbeat and
 //!   ConsumerGroupDescribe.
@@ -24,6 +29,9 @@
 //!   coordinator, its timer and markers.
 //! * [`log_dirs`] — DescribeLogDirs.
 
+mod acls;
+mod cluster_mirrors;
+mod configs;
 pub mod connection;
 mod consumer_groups;
 mod fetch;
@@ -31,6 +39,8 @@ pub mod groups;
 mod handlers;
 pub mod listener;
 mod log_dirs;
+mod log_offsets;
+mod metadata;
 pub mod response;
 pub mod sasl;
 pub mod tls;
