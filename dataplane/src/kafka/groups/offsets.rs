@@ -15,7 +15,9 @@ use kafka_protocol::messages::{
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
-use super::{group_allowed, on_coordinator, s, topic_allowed};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{group_allowed, on_coordinator, s, take_denied_topics, topic_allowed};
 use crate::groups::codes::*;
 use crate::groups::{CommittedOffset, group_shard};
 use crate::kafka::connection::ClientConnection;
@@ -375,4 +377,89 @@ pub(super) async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFe
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// OffsetCommit, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_offset_commit(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (Kafka's handleOffsetCommitRequest).
+    let denied_topics = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.name);
+    let mut body = offset_commit(&conn.access, &catalog, r).await;
+    body.topics.extend(denied_topics.into_iter().map(|t| {
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+            })
+            .collect();
+        OffsetCommitResponseTopic::default()
+            .with_name(t.name)
+            .with_partitions(partitions)
+    }));
+    body
+}
+
+/// OffsetFetch, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_offset_fetch(
+    conn: &mut ClientConnection,
+    version: i16,
+    restricted: bool,
+    mut r: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    // DESCRIBE on each group (v8+ here; before, above) and on each
+    // topic: left out of "all topics", TOPIC_AUTHORIZATION_FAILED
+    // when asked by name (Kafka's handleOffsetFetchRequest).
+    let mut denied_groups = Vec::new();
+    if restricted && version >= 8 {
+        let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+            .into_iter()
+            .partition(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
+        r.groups = ok;
+        denied_groups = denied;
+    }
+    let all_topics_v8: Vec<bool> = r.groups.iter().map(|g| g.topics.is_none()).collect();
+    let all_topics = r.topics.is_none();
+    let mut body = offset_fetch(&conn.access, version, r).await;
+    if restricted {
+        let allowed = |t: &TopicName| topic_allowed(conn, AclOperation::Describe, t);
+        // The same rule for both layouts (topics before v8, groups'
+        // topics from v8; other types, the same fields): a topic
+        // the client may not describe is left out of an "all
+        // topics" answer, and answered TOPIC_AUTHORIZATION_FAILED
+        // where it was named.
+        macro_rules! hide_denied {
+            ($topics:expr, $all:expr) => {
+                if $all {
+                    $topics.retain(|t| allowed(&t.name));
+                } else {
+                    for t in $topics.iter_mut().filter(|t| !allowed(&t.name)) {
+                        for p in &mut t.partitions {
+                            p.committed_offset = -1;
+                            p.committed_leader_epoch = -1;
+                            p.metadata = Some(StrBytes::default());
+                            p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        }
+                    }
+                }
+            };
+        }
+        hide_denied!(body.topics, all_topics);
+        for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
+            hide_denied!(g.topics, all);
+        }
+    }
+    body.groups.extend(denied_groups.into_iter().map(|g| {
+        OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(GROUP_AUTHORIZATION_FAILED)
+    }));
+    body
 }

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 };
 use uuid::Uuid;
 
-use super::{AUTHORIZED_OPERATIONS_OMITTED, group_allowed, on_coordinator, s, topic_allowed};
+use super::{AUTHORIZED_OPERATIONS_OMITTED, group_allowed, on_coordinator, s, take_denied_topics, topic_allowed};
 use crate::groups::ShareStartOffset;
 use crate::groups::codes::*;
 use crate::kafka::connection::ClientConnection;
@@ -423,4 +423,86 @@ pub(super) async fn delete_share_group_offsets(
         })
         .collect();
     DeleteShareGroupOffsetsResponse::default().with_responses(topics)
+}
+
+/// ShareGroupDescribe, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_share_group_describe(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    mut r: ShareGroupDescribeRequest,
+) -> ShareGroupDescribeResponse {
+    // DESCRIBE on each group (Kafka's handleShareGroupDescribe):
+    // the refused first, then the others.
+    let mut denied = Vec::new();
+    if restricted {
+        let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+            .into_iter()
+            .partition(|g| group_allowed(conn, AclOperation::Describe, g));
+        r.group_ids = ok;
+        denied = no;
+    }
+    let mut body = share_group_describe(&conn.access, r).await;
+    let refused = denied.into_iter().map(|g| {
+        ShareDescribedGroup::default()
+            .with_group_id(g)
+            .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+    });
+    body.groups = refused.chain(std::mem::take(&mut body.groups)).collect();
+    body
+}
+
+/// AlterShareGroupOffsets, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_alter_share_group_offsets(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (the group's READ is checked above;
+    // Kafka's handleAlterShareGroupOffsetsRequest).
+    let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+    let mut body = alter_share_group_offsets(&conn.access, &catalog, r).await;
+    if body.error_code == NONE {
+        body.responses.extend(denied.into_iter().map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    AlterShareGroupOffsetsResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                        .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+                })
+                .collect();
+            AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name)
+                .with_partitions(partitions)
+        }));
+    }
+    body
+}
+
+/// DeleteShareGroupOffsets, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_delete_share_group_offsets(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (the group's DELETE is checked above;
+    // Kafka's handleDeleteShareGroupOffsetsRequest).
+    let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+    let mut body = delete_share_group_offsets(&conn.access, &catalog, r).await;
+    if body.error_code == NONE {
+        body.responses.extend(denied.into_iter().map(|t| {
+            DeleteShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name)
+                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+        }));
+    }
+    body
 }
