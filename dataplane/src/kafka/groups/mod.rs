@@ -23,7 +23,6 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
-use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsRequest, DeleteGroupsResponse,
@@ -192,20 +191,7 @@ fn refuse_unauthorized(
             let topics = r
                 .topics
                 .into_iter()
-                .map(|t| {
-                    let partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(denied)
-                        })
-                        .collect();
-                    OffsetCommitResponseTopic::default()
-                        .with_name(t.name)
-                        .with_partitions(partitions)
-                })
+                .map(|t| offsets::refused_commit_topic(t, denied))
                 .collect();
             let body = OffsetCommitResponse::default().with_topics(topics);
             Err(Response::kafka(ApiKey::OffsetCommit, version, id, &body))

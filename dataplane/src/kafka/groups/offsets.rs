@@ -2,6 +2,7 @@
 //! OffsetFetch, each turned into calls on the coordinator of the group's
 //! shard; partitions this agent does not serve are answered here.
 
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -71,21 +72,7 @@ pub(super) async fn offset_commit(
         .topics
         .into_iter()
         .zip(merged_codes(codes, decided))
-        .map(|(t, topic_codes)| {
-            let partitions = t
-                .partitions
-                .iter()
-                .zip(topic_codes)
-                .map(|(p, code)| {
-                    OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(code)
-                })
-                .collect();
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
-        })
+        .map(|(t, topic_codes)| commit_topic(t, topic_codes))
         .collect();
     OffsetCommitResponse::default().with_topics(topics)
 }
@@ -390,21 +377,35 @@ pub(super) async fn handle_offset_commit(
     // READ on each topic (Kafka's handleOffsetCommitRequest).
     let denied_topics = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.name);
     let mut body = offset_commit(&conn.access, &catalog, r).await;
-    body.topics.extend(denied_topics.into_iter().map(|t| {
-        let partitions = t
-            .partitions
-            .iter()
-            .map(|p| {
-                OffsetCommitResponsePartition::default()
-                    .with_partition_index(p.partition_index)
-                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-            })
-            .collect();
-        OffsetCommitResponseTopic::default()
-            .with_name(t.name)
-            .with_partitions(partitions)
-    }));
+    body.topics.extend(
+        denied_topics
+            .into_iter()
+            .map(|t| refused_commit_topic(t, TOPIC_AUTHORIZATION_FAILED)),
+    );
     body
+}
+
+/// A topic of an OffsetCommit answered `code` on each of its partitions.
+pub(super) fn refused_commit_topic(t: OffsetCommitRequestTopic, code: i16) -> OffsetCommitResponseTopic {
+    commit_topic(t, std::iter::repeat(code))
+}
+
+/// A topic of an OffsetCommit answered with `codes`, one per partition
+/// in request order.
+fn commit_topic(t: OffsetCommitRequestTopic, codes: impl IntoIterator<Item = i16>) -> OffsetCommitResponseTopic {
+    let partitions = t
+        .partitions
+        .iter()
+        .zip(codes)
+        .map(|(p, code)| {
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code)
+        })
+        .collect();
+    OffsetCommitResponseTopic::default()
+        .with_name(t.name)
+        .with_partitions(partitions)
 }
 
 /// OffsetFetch, with the ACL checks Kafka makes for it.
