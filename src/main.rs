@@ -8,9 +8,6 @@
 //! `kafka-dump-log.sh`); `mirror …`, `status` and `acls …` talk to a running agent's
 //! admin API (`ringmirror::cli_admin`).
 
-mod dump_log;
-mod selfcheck;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,7 +47,7 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
         /// How much the source holds: bytes, or with a suffix such as 64MiB or 1GiB.
-        #[arg(long, default_value = "512MiB", value_parser = ringmirror::demo::parse_size)]
+        #[arg(long, default_value = "512MiB", value_parser = ringmirror::tools::demo::parse_size)]
         size: u64,
         /// Keep both agents serving after verification, until SIGINT/SIGTERM.
         #[arg(long)]
@@ -154,18 +151,18 @@ fn main() -> ExitCode {
             data_dir,
             size,
             keep_running,
-        } => ringmirror::demo::run(data_dir, size, keep_running),
+        } => ringmirror::tools::demo::run(data_dir, size, keep_running),
         Command::Selfcheck {
             child_writer: Some(dir),
             size_mb,
             ..
-        } => selfcheck::run_writer(&dir, size_mb),
+        } => ringmirror::tools::selfcheck::run_writer(&dir, size_mb),
         Command::Selfcheck {
             data_dir,
             size_mb,
             child_writer: None,
-        } => selfcheck::run(data_dir, size_mb),
-        Command::DumpLog { path, deep } => dump_log::run(&path, deep, &mut std::io::stdout().lock()),
+        } => ringmirror::tools::selfcheck::run(data_dir, size_mb),
+        Command::DumpLog { path, deep } => ringmirror::tools::dump_log::run(&path, deep, &mut std::io::stdout().lock()),
         Command::Mirror { admin, command } => {
             let verifying = matches!(command, ringmirror::cli_admin::MirrorCommand::Verify { .. });
             match ringmirror::cli_admin::mirror(&admin, command) {

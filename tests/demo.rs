@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ringmirror::demo::{Codec, compress_batch, parse_size, verify};
+use ringmirror::tools::demo::{Codec, compress_batch, parse_size, verify};
 use ringmirror_kafka_harness::ChildGuard;
 use ringmirror_storage::batch::{BatchBuilder, BuildRecord, Compression, RecordBatch, decode_records};
 

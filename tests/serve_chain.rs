@@ -29,7 +29,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
-use ringmirror::demo::{Codec, compress_batch};
+use ringmirror::tools::demo::{Codec, compress_batch};
 use ringmirror_storage::batch::{BatchBuilder, BuildRecord, ControlRecord, ControlType, RecordBatch, decode_records};
 use ringmirror_storage::log::{AbortedTxn, LogConfig, LogDir, TopicPartition};
 

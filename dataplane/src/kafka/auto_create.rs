@@ -32,7 +32,7 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::listener::ClientConnection;
+use super::connection::ClientConnection;
 use super::write;
 use crate::security::acls::{AclOperation, ResourceType};
 use ringmirror_protocol::error_codes as ec;

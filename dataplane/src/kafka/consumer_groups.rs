@@ -18,7 +18,8 @@ use super::groups::{on_coordinator, s};
 use crate::groups::assignors;
 use crate::groups::codes::*;
 use crate::groups::consumer_protocol::{HeartbeatRequest, HeartbeatResult, TopicMetadata};
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
+use crate::kafka::response::Response;
 use crate::partition::catalog::Catalog;
 use crate::security::acls::{AclOperation, ResourceType};
 
@@ -90,7 +91,7 @@ pub(super) async fn heartbeat(
     conn: &mut ClientConnection,
     header: &RequestHeader,
     r: ConsumerGroupHeartbeatRequest,
-) -> std::io::Result<()> {
+) -> Response {
     let version = header.request_api_version;
     let group = r.group_id.0.to_string();
     let body = if conn.authz_restricted() && !conn.authorized(AclOperation::Read, ResourceType::Group, &group) {
@@ -107,8 +108,7 @@ pub(super) async fn heartbeat(
             response,
         )
     };
-    conn.respond(ApiKey::ConsumerGroupHeartbeat, version, header.correlation_id, &body)
-        .await
+    Response::kafka(ApiKey::ConsumerGroupHeartbeat, version, header.correlation_id, &body)
 }
 
 fn described_assignment(catalog: &Catalog, a: &assignors::Assignment) -> DescribedAssignment {
@@ -131,7 +131,7 @@ pub(super) async fn describe(
     conn: &mut ClientConnection,
     header: &RequestHeader,
     r: ConsumerGroupDescribeRequest,
-) -> std::io::Result<()> {
+) -> Response {
     let version = header.request_api_version;
     let catalog = conn.catalog.get();
     let mut groups = Vec::with_capacity(r.group_ids.len());
@@ -188,6 +188,5 @@ pub(super) async fn describe(
         });
     }
     let body = ConsumerGroupDescribeResponse::default().with_groups(groups);
-    conn.respond(ApiKey::ConsumerGroupDescribe, version, header.correlation_id, &body)
-        .await
+    Response::kafka(ApiKey::ConsumerGroupDescribe, version, header.correlation_id, &body)
 }

@@ -13,8 +13,8 @@ use kafka_protocol::messages::describe_producers_response::{PartitionResponse, P
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 use kafka_protocol::protocol::StrBytes;
 
+use super::connection::ClientConnection;
 use super::handlers::per_partition;
-use super::listener::ClientConnection;
 use crate::partition::registry::ServedPartition;
 use crate::security::acls::{AclOperation, ResourceType};
 use ringmirror_protocol::error_codes as ec;

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use futures_lite::future;
 use kafka_protocol::messages::{FetchRequest, TopicName};
 
-use super::handlers::{READ_COMMITTED, check_leader_epoch};
-use super::listener::ClientConnection;
+use super::connection::ClientConnection;
+use super::log_offsets::{READ_COMMITTED, check_leader_epoch};
 use crate::partition::registry::ServedPartition;
 use ringmirror_protocol::error_codes as ec;
-use ringmirror_protocol::wire::{FetchResponseWriter, PartitionAnswer, TopicKey};
+use ringmirror_protocol::wire::{EncodedFetchResponse, FetchResponseWriter, PartitionAnswer, TopicKey};
 use ringmirror_storage::log::{AbortedTxn, LogError, PartitionLog, TopicPartition};
 
 /// From this version on, requests name topics by id.
@@ -272,17 +272,19 @@ fn apply_session(
     }
 }
 
+/// The Fetch response, its records left in their segment files (the
+/// session sends them from there).
 pub async fn handle_fetch(
     conn: &mut ClientConnection,
     version: i16,
     correlation_id: i32,
     request: FetchRequest,
-) -> std::io::Result<()> {
+) -> EncodedFetchResponse {
     let (mode, targets) = match apply_session(conn, &request, version) {
         Ok(applied) => applied,
         Err(code) => {
             let w = FetchResponseWriter::new(version, correlation_id, code, 0, 0);
-            return conn.send_fetch_response(w.finish()).await;
+            return w.finish();
         }
     };
     let catalog = conn.catalog.get();
@@ -424,7 +426,7 @@ pub async fn handle_fetch(
         }
         w.end_topic();
     }
-    conn.send_fetch_response(w.finish()).await
+    w.finish()
 }
 
 /// A Fetch answer's aborted transactions, (producer id, first offset), in

@@ -1,10 +1,13 @@
 //! The Kafka-protocol listener: every shard accepts on the same port
-//! (SO_REUSEPORT, so the kernel spreads connections over shards), reads
-//! size-prefixed request frames up to a limit, answers them in order, and
-//! closes a connection whose request it cannot take — with a log line, never
-//! a crash and never a hang. Responses are written in one piece, except
-//! Fetch responses, whose record bytes go from the segment file to the
-//! socket with sendfile (or, configured so, through a buffer).
+//! (SO_REUSEPORT, so the kernel spreads connections over shards), and each
+//! connection's [`Session`] reads size-prefixed request frames up to a
+//! limit, has each answered (`handlers`, which return a [`Response`] and
+//! never write), writes the answers in request order, and closes a
+//! connection whose request it cannot take — with a log line, never a crash
+//! and never a hang. The session is the only writer of a client's socket.
+//! Responses are written in one piece, except Fetch responses, whose record
+//! bytes go from the segment file to the socket with sendfile (or,
+//! configured so, through a buffer).
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -16,18 +19,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{AcceptedTcpStream, TcpListener, TcpStream};
-use kafka_protocol::messages::{ApiKey, ResponseHeader};
-use kafka_protocol::protocol::Encodable;
 
 use super::auto_create::TopicCreation;
-use super::fetch::FetchSession;
+use super::connection::ClientConnection;
 use super::handlers;
-use super::sasl::{ConnectionAuth, MAX_UNAUTHENTICATED_REQUEST_BYTES};
+use super::response::Response;
+use super::sasl::MAX_UNAUTHENTICATED_REQUEST_BYTES;
 use crate::groups::GroupConfig;
-use crate::partition::catalog::CatalogView;
 use crate::partition::mirror_reports::MirrorReportsHandle;
 use crate::partition::registry::{ShardAccess, ShardLinks};
-use crate::security::acls::{AclOperation, AclStore, ResourceType};
+use crate::security::acls::AclStore;
 use crate::security::authorizer::{AuthorizerSettings, ShardAuthorizer};
 use crate::transport::Transport;
 use ringmirror_protocol::request::{REQUEST_HEADER_BYTES_MIN, RequestError, ServedApi, decode_request};
@@ -149,7 +150,7 @@ pub async fn run_listener(
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let conn = ClientConnection::new(
+                let session = Session::new(
                     stream,
                     Rc::clone(&settings),
                     access.clone(),
@@ -157,7 +158,7 @@ pub async fn run_listener(
                     Arc::clone(&acls),
                     Rc::clone(&authz),
                 );
-                tasks.spawn(conn.serve());
+                tasks.spawn(session.serve());
             }
             Err(e) => {
                 tracing::warn!(shard = access.local.shard, error = %e, "accept failed");
@@ -199,7 +200,7 @@ pub async fn serve_handed_off(
     let authz = Rc::new(ShardAuthorizer::new(settings.authorizer.clone(), Arc::clone(&acls)));
     let settings = Rc::new(settings);
     while let Ok(stream) = handed.recv().await {
-        let conn = ClientConnection::new(
+        let session = Session::new(
             stream.bind_to_executor(),
             Rc::clone(&settings),
             access.clone(),
@@ -207,50 +208,21 @@ pub async fn serve_handed_off(
             Arc::clone(&acls),
             Rc::clone(&authz),
         );
-        tasks.spawn(conn.serve());
+        tasks.spawn(session.serve());
     }
 }
 
-/// A response frame: the size prefix, the header at `header_version`, and
-/// the body `encode` writes.
-fn response_frame(
-    header_version: i16,
-    correlation_id: i32,
-    encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
-) -> Result<BytesMut, String> {
-    let mut buf = BytesMut::with_capacity(128);
-    buf.extend_from_slice(&[0; 4]);
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut buf, header_version)
-        .map_err(|e| e.to_string())?;
-    encode(&mut buf)?;
-    let size = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf)
-}
-
-/// One client connection and what its handlers need.
-pub struct ClientConnection {
+/// A connection's session: the socket, and the connection state its
+/// handlers see. It reads each request, has it answered, and writes the
+/// answer before it reads the next one — the only place that writes to
+/// the socket, so responses go out in request order.
+struct Session {
     stream: Transport,
-    peer: String,
-    pub settings: Rc<ListenerSettings>,
-    pub access: ShardAccess,
-    pub catalog: CatalogView,
-    /// What the control plane reports of each mirror (DescribeClusterMirrors).
-    pub mirror_reports: Arc<MirrorReportsHandle>,
-    /// The agent's ACLs (DescribeAcls, CreateAcls, DeleteAcls).
-    pub acls: Arc<AclStore>,
-    /// This shard's authorizer.
-    pub authz: Rc<ShardAuthorizer>,
-    /// This connection's incremental fetch session, if the client made one.
-    pub fetch_session: Option<FetchSession>,
-    /// Its SASL state and principal (`User:ANONYMOUS` without SASL).
-    pub auth: ConnectionAuth,
+    conn: ClientConnection,
     copy_buffer: Vec<u8>,
 }
 
-impl ClientConnection {
+impl Session {
     fn new(
         stream: TcpStream,
         settings: Rc<ListenerSettings>,
@@ -265,85 +237,28 @@ impl ClientConnection {
         // Reads (the next request, or the rest of one) give up after the
         // idle limit; a read timeout ends the connection.
         let _ = stream.set_read_timeout(Some(settings.connections_max_idle));
-        let catalog = CatalogView::new(access.local.catalog());
-        let auth = ConnectionAuth::new(settings.sasl.as_ref());
         Self {
             stream: Transport::Plain(stream),
-            peer,
-            settings,
-            access,
-            catalog,
-            mirror_reports,
-            acls,
-            authz,
-            fetch_session: None,
-            auth,
+            conn: ClientConnection::new(peer, settings, access, mirror_reports, acls, authz),
             copy_buffer: Vec::new(),
         }
     }
 
-    /// The client's address, as Kafka shows it (`/ip` in DescribeGroups).
-    pub fn peer_host(&self) -> String {
-        match self.peer.rsplit_once(':') {
-            Some((host, _)) => format!("/{}", host.trim_start_matches('[').trim_end_matches(']')),
-            None => self.peer.clone(),
-        }
-    }
-
-    /// The client's IP address, as ACL hosts name it.
-    pub fn peer_ip(&self) -> &str {
-        match self.peer.rsplit_once(':') {
-            Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']'),
-            None => &self.peer,
-        }
-    }
-
-    /// Whether ACLs are enforced against this connection's principal (an
-    /// authorizer is on and the principal is not a super user).
-    pub fn authz_restricted(&self) -> bool {
-        !self.authz.is_super(self.auth.principal())
-    }
-
-    /// Whether this connection's principal may do `operation` on the
-    /// resource (always, without an authorizer).
-    pub fn authorized(&self, operation: AclOperation, resource_type: ResourceType, name: &str) -> bool {
-        self.authz
-            .authorize(self.auth.principal(), self.peer_ip(), operation, resource_type, name)
-    }
-
-    /// [`Self::authorized`] on the cluster resource.
-    pub fn authorized_cluster(&self, operation: AclOperation) -> bool {
-        self.authorized(
-            operation,
-            ResourceType::Cluster,
-            crate::security::acls::CLUSTER_RESOURCE_NAME,
-        )
-    }
-
-    /// Whether an idempotent producer may get a producer id: IDEMPOTENT_WRITE
-    /// on the cluster, or WRITE on some topic (Kafka's
-    /// `handleInitProducerIdRequest`, `authorizeByResourceType`).
-    pub fn authorized_idempotent_write(&self) -> bool {
-        self.authorized_cluster(AclOperation::IdempotentWrite)
-            || self.authz.authorize_any(
-                self.auth.principal(),
-                self.peer_ip(),
-                AclOperation::Write,
-                ResourceType::Topic,
-            )
-    }
-
     async fn serve(self) {
-        tracing::debug!(peer = self.peer, shard = self.access.local.shard, "client connected");
-        if let Some(conn) = self.secured().await {
-            conn.serve_requests().await;
+        tracing::debug!(
+            peer = self.conn.peer,
+            shard = self.conn.access.local.shard,
+            "client connected"
+        );
+        if let Some(session) = self.secured().await {
+            session.serve_requests().await;
         }
     }
 
-    /// With TLS on the listener, the connection after its handshake
+    /// With TLS on the listener, the session after its handshake
     /// (`None`: it failed, the connection is closed); else as it is.
     async fn secured(self) -> Option<Self> {
-        let (Some(config), Transport::Plain(_)) = (self.settings.tls.clone(), &self.stream) else {
+        let (Some(config), Transport::Plain(_)) = (self.conn.settings.tls.clone(), &self.stream) else {
             return Some(self);
         };
         let Transport::Plain(tcp) = self.stream else {
@@ -352,7 +267,7 @@ impl ClientConnection {
         match super::tls::accept(&config, tcp).await {
             Ok(stream) => Some(Self { stream, ..self }),
             Err(e) => {
-                tracing::info!(peer = self.peer, error = %e, "closing client connection: TLS handshake failed");
+                tracing::info!(peer = self.conn.peer, error = %e, "closing client connection: TLS handshake failed");
                 None
             }
         }
@@ -364,14 +279,16 @@ impl ClientConnection {
                 Ok(Some(frame)) => frame,
                 Ok(None) => return,
                 Err(reason) => {
-                    tracing::warn!(peer = self.peer, reason, "closing client connection");
+                    tracing::warn!(peer = self.conn.peer, reason, "closing client connection");
                     return;
                 }
             };
-            if !self.auth.is_open() {
-                if let Err(reason) = super::sasl::before_authentication(&mut self, frame).await {
+            if !self.conn.auth.is_open() {
+                let (response, next) = super::sasl::before_authentication(&mut self.conn, frame).await;
+                let sent = self.send(response).await.map_err(|e| format!("send: {e}"));
+                if let Err(reason) = sent.and(next) {
                     tracing::info!(
-                        peer = self.peer,
+                        peer = self.conn.peer,
                         reason,
                         "closing client connection before authentication"
                     );
@@ -382,20 +299,20 @@ impl ClientConnection {
                 }
                 continue;
             }
-            let result = match decode_request(frame) {
-                Ok((header, request)) => handlers::handle(&mut self, header, request).await,
+            let response = match decode_request(frame) {
+                Ok((header, request)) => handlers::handle(&mut self.conn, header, request).await,
                 Err(RequestError::UnsupportedVersion {
                     api: ServedApi::ApiVersions,
                     correlation_id,
                     ..
-                }) => handlers::unsupported_api_versions(&mut self, correlation_id).await,
+                }) => handlers::unsupported_api_versions(correlation_id),
                 Err(e) => {
-                    tracing::warn!(peer = self.peer, error = %e, "closing client connection after a request we cannot take");
+                    tracing::warn!(peer = self.conn.peer, error = %e, "closing client connection after a request we cannot take");
                     return;
                 }
             };
-            if let Err(e) = result {
-                tracing::debug!(peer = self.peer, error = %e, "client connection ended");
+            if let Err(e) = self.send(response).await {
+                tracing::debug!(peer = self.conn.peer, error = %e, "client connection ended");
                 return;
             }
         }
@@ -416,11 +333,12 @@ impl ClientConnection {
         let size = i32::from_be_bytes(size);
         // Before authentication frames are small (Kafka's
         // sasl.server.max.receive.size), and a raw SASL token may be empty.
-        let (min, max) = match (self.auth.is_open(), self.auth.expects_raw_token()) {
-            (true, _) => (REQUEST_HEADER_BYTES_MIN, self.settings.max_request_bytes),
+        let max_request_bytes = self.conn.settings.max_request_bytes;
+        let (min, max) = match (self.conn.auth.is_open(), self.conn.auth.expects_raw_token()) {
+            (true, _) => (REQUEST_HEADER_BYTES_MIN, max_request_bytes),
             (false, raw) => (
                 if raw { 0 } else { REQUEST_HEADER_BYTES_MIN },
-                MAX_UNAUTHENTICATED_REQUEST_BYTES.min(self.settings.max_request_bytes),
+                MAX_UNAUTHENTICATED_REQUEST_BYTES.min(max_request_bytes),
             ),
         };
         if size < min as i32 || size as usize > max {
@@ -434,70 +352,33 @@ impl ClientConnection {
         Ok(Some(frame.freeze()))
     }
 
-    /// Sends a raw SASL token (after a v0 SaslHandshake): its size, then
-    /// its bytes.
-    pub(super) async fn send_raw_token(&mut self, token: &[u8]) -> std::io::Result<()> {
-        let mut frame = Vec::with_capacity(4 + token.len());
-        frame.extend_from_slice(&(token.len() as i32).to_be_bytes());
-        frame.extend_from_slice(token);
-        self.stream.write_all(&frame).await?;
-        self.stream.flush().await
-    }
-
-    /// Sends a response encoded by kafka-protocol.
-    pub async fn respond<T: Encodable>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        correlation_id: i32,
-        body: &T,
-    ) -> std::io::Result<()> {
-        let frame = response_frame(api.response_header_version(version), correlation_id, |buf| {
-            body.encode(buf, version).map_err(|e| e.to_string())
-        });
-        self.send_response(frame, &api, version).await
-    }
-
-    /// Sends a response whose body `encode` writes: for the APIs
-    /// kafka-protocol does not know, encoded by hand (see `ringmirror_protocol::wire`).
-    pub async fn respond_encoded(
-        &mut self,
-        api: ServedApi,
-        version: i16,
-        correlation_id: i32,
-        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
-    ) -> std::io::Result<()> {
-        let frame = response_frame(api.response_header_version(version), correlation_id, encode);
-        self.send_response(frame, &api, version).await
-    }
-
-    async fn send_response(
-        &mut self,
-        frame: Result<BytesMut, String>,
-        api: &dyn std::fmt::Debug,
-        version: i16,
-    ) -> std::io::Result<()> {
-        match frame {
-            Ok(frame) => {
+    /// Writes a handler's answer.
+    async fn send(&mut self, response: Response) -> std::io::Result<()> {
+        match response {
+            Response::Frame(frame) => {
                 self.stream.write_all(&frame).await?;
                 self.stream.flush().await
             }
-            Err(e) => {
-                // Our own response failed to encode: a bug, reported, and
-                // the client is disconnected rather than sent a broken frame.
-                tracing::error!(?api, version, error = %e, "cannot encode response");
-                Err(std::io::Error::other(e))
+            Response::Fetch(response) => self.send_fetch_response(response).await,
+            Response::RawToken(token) => {
+                let mut frame = Vec::with_capacity(4 + token.len());
+                frame.extend_from_slice(&(token.len() as i32).to_be_bytes());
+                frame.extend_from_slice(&token);
+                self.stream.write_all(&frame).await?;
+                self.stream.flush().await
             }
+            Response::None => Ok(()),
+            Response::Unencodable(e) => Err(std::io::Error::other(e)),
         }
     }
 
     /// Sends a Fetch response: its encoded fields, and the records from
     /// their segment files.
-    pub async fn send_fetch_response(&mut self, response: EncodedFetchResponse) -> std::io::Result<()> {
+    async fn send_fetch_response(&mut self, response: EncodedFetchResponse) -> std::io::Result<()> {
         let mut at = 0;
         for (position, records) in &response.records {
             self.stream.write_all(&response.bytes[at..*position]).await?;
-            if self.settings.zero_copy && self.stream.plain().is_some() {
+            if self.conn.settings.zero_copy && self.stream.plain().is_some() {
                 self.send_file(&records.file, records.position, records.len).await?;
             } else {
                 self.copy_file(&records.file, records.position, records.len).await?;

@@ -13,8 +13,8 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::connection::ClientConnection;
 use super::handlers::per_partition;
-use super::listener::ClientConnection;
 use crate::partition::registry::ServedPartition;
 use crate::security::acls::AclOperation;
 use ringmirror_protocol::error_codes as ec;

@@ -30,8 +30,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::connection::ClientConnection;
 use super::handlers;
-use super::listener::ClientConnection;
+use super::response::Response;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_protocol::request::{Request, RequestError, SaslRequest, ServedApi, decode_request};
 use ringmirror_protocol::sasl::{ANONYMOUS_PRINCIPAL, Mechanism, SaslServerConfig, ServerExchange, ServerStep};
@@ -91,11 +92,15 @@ impl ConnectionAuth {
 /// Why a connection is closed before it authenticated (for the log).
 pub type Close = String;
 
-/// Takes one frame of a connection that has not authenticated yet; `Err`
-/// closes it.
-pub(super) async fn before_authentication(conn: &mut ClientConnection, frame: Bytes) -> Result<(), Close> {
+/// The answer to one frame before authentication (possibly none), and
+/// whether the connection goes on after it (`Err`: it is closed once the
+/// answer is sent).
+pub(super) type Step = (Response, Result<(), Close>);
+
+/// Takes one frame of a connection that has not authenticated yet.
+pub(super) async fn before_authentication(conn: &mut ClientConnection, frame: Bytes) -> Step {
     if conn.auth.expects_raw_token() {
-        return raw_token(conn, &frame).await;
+        return raw_token(conn, &frame);
     }
     let (header, request) = match decode_request(frame) {
         Ok(decoded) => decoded,
@@ -103,27 +108,26 @@ pub(super) async fn before_authentication(conn: &mut ClientConnection, frame: By
             api: ServedApi::ApiVersions,
             correlation_id,
             ..
-        }) => {
-            return handlers::unsupported_api_versions(conn, correlation_id)
-                .await
-                .map_err(|e| format!("send: {e}"));
-        }
-        Err(e) => return Err(format!("before SASL authentication: {e}")),
+        }) => return (handlers::unsupported_api_versions(correlation_id), Ok(())),
+        Err(e) => return (Response::None, Err(format!("before SASL authentication: {e}"))),
     };
     let api = header.request_api_key;
     match (request, &conn.auth.state) {
-        (request @ Request::ApiVersions(_), State::Handshake) => handlers::handle(conn, header, request)
-            .await
-            .map_err(|e| format!("send: {e}")),
-        (Request::Sasl(SaslRequest::Handshake(r)), State::Handshake) => handshake(conn, &header, &r).await,
-        (Request::Sasl(SaslRequest::Authenticate(r)), State::Framed(_)) => authenticate(conn, &header, &r).await,
-        _ => Err(format!("unexpected request (API key {api}) during SASL authentication")),
+        (request @ Request::ApiVersions(_), State::Handshake) => {
+            (handlers::handle(conn, header, request).await, Ok(()))
+        }
+        (Request::Sasl(SaslRequest::Handshake(r)), State::Handshake) => handshake(conn, &header, &r),
+        (Request::Sasl(SaslRequest::Authenticate(r)), State::Framed(_)) => authenticate(conn, &header, &r),
+        _ => (
+            Response::None,
+            Err(format!("unexpected request (API key {api}) during SASL authentication")),
+        ),
     }
 }
 
-async fn handshake(conn: &mut ClientConnection, header: &RequestHeader, r: &SaslHandshakeRequest) -> Result<(), Close> {
+fn handshake(conn: &mut ClientConnection, header: &RequestHeader, r: &SaslHandshakeRequest) -> Step {
     let Some(config) = conn.settings.sasl.clone() else {
-        return Err("SASL state without SASL settings".into());
+        return (Response::None, Err("SASL state without SASL settings".into()));
     };
     let version = header.request_api_version;
     // Kafka compares names exactly (`sasl.enabled.mechanisms` contains it).
@@ -142,21 +146,20 @@ async fn handshake(conn: &mut ClientConnection, header: &RequestHeader, r: &Sasl
                 .map(|m| StrBytes::from_static_str(m.name()))
                 .collect(),
         );
-    conn.respond(ApiKey::SaslHandshake, version, header.correlation_id, &body)
-        .await
-        .map_err(|e| format!("send: {e}"))?;
+    let response = Response::kafka(ApiKey::SaslHandshake, version, header.correlation_id, &body);
     let Some(exchange) = exchange else {
-        return Err(format!(
+        let close = format!(
             "the client asked for SASL mechanism {:?}, which is not enabled",
             r.mechanism.as_str()
-        ));
+        );
+        return (response, Err(close));
     };
     conn.auth.state = if version == 0 {
         State::Raw(exchange)
     } else {
         State::Framed(exchange)
     };
-    Ok(())
+    (response, Ok(()))
 }
 
 /// One step of the exchange: `Ok(Some(token))` to send, having recorded
@@ -187,52 +190,44 @@ fn step(conn: &mut ClientConnection, token: &[u8]) -> Result<Vec<u8>, (String, C
     }
 }
 
-async fn authenticate(
-    conn: &mut ClientConnection,
-    header: &RequestHeader,
-    r: &SaslAuthenticateRequest,
-) -> Result<(), Close> {
+fn authenticate(conn: &mut ClientConnection, header: &RequestHeader, r: &SaslAuthenticateRequest) -> Step {
     let version = header.request_api_version;
-    let (body, close) = match step(conn, &r.auth_bytes) {
+    let (body, next) = match step(conn, &r.auth_bytes) {
         Ok(token) => (
             SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(token)),
-            None,
+            Ok(()),
         ),
         Err((message, close)) => (
             SaslAuthenticateResponse::default()
                 .with_error_code(ec::SASL_AUTHENTICATION_FAILED)
                 .with_error_message(Some(StrBytes::from_string(message))),
-            Some(close),
+            Err(close),
         ),
     };
     // Session lifetime 0: no re-authentication (KIP-368) is asked for.
-    conn.respond(ApiKey::SaslAuthenticate, version, header.correlation_id, &body)
-        .await
-        .map_err(|e| format!("send: {e}"))?;
-    close.map_or(Ok(()), Err)
+    let response = Response::kafka(ApiKey::SaslAuthenticate, version, header.correlation_id, &body);
+    (response, next)
 }
 
 /// A raw token after SaslHandshake v0: answered with a raw frame, or the
 /// connection closes (v0 has no way to say why).
-async fn raw_token(conn: &mut ClientConnection, token: &[u8]) -> Result<(), Close> {
-    let response = step(conn, token).map_err(|(_, close)| close)?;
-    conn.send_raw_token(&response).await.map_err(|e| format!("send: {e}"))
+fn raw_token(conn: &mut ClientConnection, token: &[u8]) -> Step {
+    match step(conn, token) {
+        Ok(response) => (Response::RawToken(response), Ok(())),
+        Err((_, close)) => (Response::None, Err(close)),
+    }
 }
 
 /// SaslHandshake or SaslAuthenticate where there is nothing to
 /// authenticate (a listener without SASL, or done already): answered with
 /// ILLEGAL_SASL_STATE, as Kafka's `KafkaApis` answers them.
-pub(super) async fn after_authentication(
-    conn: &mut ClientConnection,
-    header: &RequestHeader,
-    request: SaslRequest,
-) -> std::io::Result<()> {
+pub(super) fn after_authentication(header: &RequestHeader, request: SaslRequest) -> Response {
     let version = header.request_api_version;
     let id = header.correlation_id;
     match request {
         SaslRequest::Handshake(_) => {
             let body = SaslHandshakeResponse::default().with_error_code(ec::ILLEGAL_SASL_STATE);
-            conn.respond(ApiKey::SaslHandshake, version, id, &body).await
+            Response::kafka(ApiKey::SaslHandshake, version, id, &body)
         }
         SaslRequest::Authenticate(_) => {
             let body = SaslAuthenticateResponse::default()
@@ -240,7 +235,7 @@ pub(super) async fn after_authentication(
                 .with_error_message(Some(StrBytes::from_static_str(
                     "SaslAuthenticate request received after successful authentication",
                 )));
-            conn.respond(ApiKey::SaslAuthenticate, version, id, &body).await
+            Response::kafka(ApiKey::SaslAuthenticate, version, id, &body)
         }
     }
 }

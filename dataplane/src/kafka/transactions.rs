@@ -30,7 +30,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::listener::ClientConnection;
+use super::connection::ClientConnection;
+use super::response::Response;
 use crate::partition::catalog::CatalogHandle;
 use crate::partition::producer_ids::ProducerIds;
 use crate::partition::registry::{Registry, ServedPartition, ShardAccess, ShardLinks};
@@ -365,36 +366,33 @@ pub async fn init_producer_id(conn: &ClientConnection, r: &InitProducerIdRequest
     }
 }
 
-pub async fn handle(
-    conn: &mut ClientConnection,
-    header: &RequestHeader,
-    request: TransactionRequest,
-) -> std::io::Result<()> {
+/// The answer to a transaction request.
+pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: TransactionRequest) -> Response {
     let version = header.request_api_version;
     let id = header.correlation_id;
     match request {
         TransactionRequest::AddPartitionsToTxn(r) => {
             let body = add_partitions_to_txn(conn, version, r).await;
-            conn.respond(ApiKey::AddPartitionsToTxn, version, id, &body).await
+            Response::kafka(ApiKey::AddPartitionsToTxn, version, id, &body)
         }
         TransactionRequest::AddOffsetsToTxn(r) => {
             let body = AddOffsetsToTxnResponse::default().with_error_code(add_offsets_to_txn(conn, r).await);
-            conn.respond(ApiKey::AddOffsetsToTxn, version, id, &body).await
+            Response::kafka(ApiKey::AddOffsetsToTxn, version, id, &body)
         }
         TransactionRequest::EndTxn(r) => {
             let body = EndTxnResponse::default()
                 .with_error_code(end_txn(conn, r).await)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
-            conn.respond(ApiKey::EndTxn, version, id, &body).await
+            Response::kafka(ApiKey::EndTxn, version, id, &body)
         }
         TransactionRequest::DescribeTransactions(r) => {
             let body = describe_transactions(conn, r).await;
-            conn.respond(ApiKey::DescribeTransactions, version, id, &body).await
+            Response::kafka(ApiKey::DescribeTransactions, version, id, &body)
         }
         TransactionRequest::ListTransactions(r) => {
             let body = list_transactions(conn, r).await;
-            conn.respond(ApiKey::ListTransactions, version, id, &body).await
+            Response::kafka(ApiKey::ListTransactions, version, id, &body)
         }
     }
 }

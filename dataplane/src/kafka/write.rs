@@ -27,16 +27,101 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::listener::ClientConnection;
+use super::connection::ClientConnection;
+use super::handlers::{str, take_unauthorized};
 use super::transactions::{mirror_topic_message, verification_error};
 use crate::partition::catalog::random_bytes;
 use crate::partition::registry::{Registry, ServedPartition, UNCLAIMED_MIRROR};
 use crate::partition::shard_for;
+use crate::security::acls::AclOperation;
 use ringmirror_protocol::error_codes as ec;
 use ringmirror_storage::batch::RecordBatch;
 use ringmirror_storage::clock::now_ms;
 use ringmirror_storage::log::{PartitionLog, ProduceError, TopicPartition};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
+
+/// Produce, with its checks before the write: `acks` (INVALID_REQUIRED_ACKS
+/// unless -1, 0 or 1) and WRITE on each topic (Kafka's
+/// `handleProduceRequest`; a transactional batch is verified with its
+/// coordinator in [`produce`]). `None` for acks=0: no answer at all.
+pub(super) async fn handle_produce(
+    conn: &mut ClientConnection,
+    version: i16,
+    mut r: ProduceRequest,
+) -> Option<ProduceResponse> {
+    let acks = r.acks;
+    if !matches!(acks, -1..=1) {
+        return Some(refuse_produce(&r, version, ec::INVALID_REQUIRED_ACKS));
+    }
+    let denied = take_unauthorized(conn, &mut r.topic_data, AclOperation::Write, |t| &t.name.0);
+    let mut body = produce(conn, version, r).await;
+    if !denied.is_empty() {
+        let refused = ProduceRequest::default().with_topic_data(denied);
+        let refused = refuse_produce(&refused, version, ec::TOPIC_AUTHORIZATION_FAILED);
+        body.responses.extend(refused.responses);
+    }
+    (acks != 0).then_some(body)
+}
+
+/// CreateTopics; CREATE on the cluster or on each topic (Kafka's
+/// `handleCreateTopicsRequest`).
+pub(super) async fn handle_create_topics(
+    conn: &mut ClientConnection,
+    version: i16,
+    mut r: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let denied = if conn.authorized_cluster(AclOperation::Create) {
+        Vec::new()
+    } else {
+        take_unauthorized(conn, &mut r.topics, AclOperation::Create, |t| &t.name.0)
+    };
+    let mut body = create_topics(conn, version, r).await;
+    body.topics.extend(denied.into_iter().map(|t| {
+        CreatableTopicResult::default()
+            .with_name(t.name)
+            .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+            .with_error_message(Some(str("Authorization failed.")))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+    }));
+    body
+}
+
+/// CreatePartitions; ALTER on each topic (Kafka's
+/// `handleCreatePartitionsRequest`).
+pub(super) async fn handle_create_partitions(
+    conn: &mut ClientConnection,
+    mut r: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let denied = take_unauthorized(conn, &mut r.topics, AclOperation::Alter, |t| &t.name.0);
+    let mut body = create_partitions(conn, r).await;
+    body.results.extend(denied.into_iter().map(|t| {
+        CreatePartitionsTopicResult::default()
+            .with_name(t.name)
+            .with_error_code(ec::TOPIC_AUTHORIZATION_FAILED)
+            .with_error_message(Some(str("Authorization failed.")))
+    }));
+    body
+}
+
+/// InitProducerId: idempotent producers need IDEMPOTENT_WRITE on the
+/// cluster or WRITE on some topic (Kafka's `handleInitProducerIdRequest`);
+/// transactional ones go to their id's coordinator.
+pub(super) async fn handle_init_producer_id(
+    conn: &mut ClientConnection,
+    r: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    if r.transactional_id.is_some() {
+        super::transactions::init_producer_id(conn, r).await
+    } else if !conn.authorized_idempotent_write() {
+        InitProducerIdResponse::default()
+            .with_error_code(ec::CLUSTER_AUTHORIZATION_FAILED)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    } else {
+        init_producer_id(conn, r)
+    }
+}
 
 /// Names reserved for the agent's own state.
 pub(super) const RESERVED_PREFIX: &str = "__ringmirror";

@@ -17,41 +17,31 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::alter_share_group_offsets_response::{
-    AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
-};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
-use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-use kafka_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
-};
-use kafka_protocol::messages::share_group_describe_response::DescribedGroup as ShareDescribedGroup;
+use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
 use kafka_protocol::messages::{
-    AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsResponse, DeleteShareGroupOffsetsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
-    ListGroupsResponse, OffsetCommitResponse, OffsetFetchResponse, RequestHeader, SyncGroupRequest, SyncGroupResponse,
-    TopicName,
+    AlterShareGroupOffsetsResponse, ApiKey, BrokerId, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteShareGroupOffsetsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitResponse, OffsetFetchResponse,
+    RequestHeader, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use self::offsets::{offset_commit, offset_fetch, txn_offset_commit};
-use self::share::{
-    GROUP_AUTHORIZATION_FAILED_MESSAGE, TOPIC_AUTHORIZATION_FAILED_MESSAGE, alter_share_group_offsets,
-    delete_share_group_offsets, share_group_describe,
-};
+use self::offsets::txn_offset_commit;
+use self::share::GROUP_AUTHORIZATION_FAILED_MESSAGE;
 use crate::groups::codes::*;
 use crate::groups::{
     GroupConfig, GroupCoordinator, GroupListing, GroupState, GroupType, JoinRequest, JoinResult, Reply, SyncRequest,
     SyncResult, group_shard, shard_coordinator,
 };
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
+use crate::kafka::response::Response;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::{Registry, ShardAccess};
 use crate::security::acls::{AclOperation, ResourceType};
@@ -169,12 +159,12 @@ fn take_denied_topics<T>(
 /// The answer to a group request the connection's principal may not make
 /// (as Kafka's `KafkaApis` and `AuthHelper`), or the request back when it
 /// may (possibly with some of its parts answered later, see `handle`).
-async fn refuse_unauthorized(
-    conn: &mut ClientConnection,
+fn refuse_unauthorized(
+    conn: &ClientConnection,
     version: i16,
     id: i32,
     request: GroupRequest,
-) -> std::io::Result<Option<GroupRequest>> {
+) -> Result<GroupRequest, Response> {
     use AclOperation::{Describe, Read};
     let denied = GROUP_AUTHORIZATION_FAILED;
     match request {
@@ -183,41 +173,28 @@ async fn refuse_unauthorized(
                 .with_error_code(denied)
                 .with_generation_id(-1)
                 .with_member_id(r.member_id);
-            conn.respond(ApiKey::JoinGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::JoinGroup, version, id, &body))
         }
         GroupRequest::SyncGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = SyncGroupResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::SyncGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::SyncGroup, version, id, &body))
         }
         GroupRequest::Heartbeat(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = HeartbeatResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::Heartbeat, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::Heartbeat, version, id, &body))
         }
         GroupRequest::LeaveGroup(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = LeaveGroupResponse::default().with_error_code(denied);
-            conn.respond(ApiKey::LeaveGroup, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::LeaveGroup, version, id, &body))
         }
         GroupRequest::OffsetCommit(r) if !group_allowed(conn, Read, &r.group_id) => {
             let topics = r
                 .topics
                 .into_iter()
-                .map(|t| {
-                    let partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(denied)
-                        })
-                        .collect();
-                    OffsetCommitResponseTopic::default()
-                        .with_name(t.name)
-                        .with_partitions(partitions)
-                })
+                .map(|t| offsets::refused_commit_topic(t, denied))
                 .collect();
             let body = OffsetCommitResponse::default().with_topics(topics);
-            conn.respond(ApiKey::OffsetCommit, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::OffsetCommit, version, id, &body))
         }
         GroupRequest::OffsetFetch(r) if version < 8 && !group_allowed(conn, Describe, &r.group_id) => {
             // v2+: the group's error; v0-1: per asked partition.
@@ -247,7 +224,7 @@ async fn refuse_unauthorized(
                     .collect();
                 body = body.with_topics(topics);
             }
-            conn.respond(ApiKey::OffsetFetch, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::OffsetFetch, version, id, &body))
         }
         GroupRequest::FindCoordinator(r)
             if r.key_type == KEY_TYPE_GROUP && version < 4 && !group_allowed(conn, Describe, &r.key) =>
@@ -256,37 +233,32 @@ async fn refuse_unauthorized(
                 .with_error_code(denied)
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
-            conn.respond(ApiKey::FindCoordinator, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::FindCoordinator, version, id, &body))
         }
         GroupRequest::AlterShareGroupOffsets(r) if !group_allowed(conn, Read, &r.group_id) => {
             let body = AlterShareGroupOffsetsResponse::default()
                 .with_error_code(denied)
                 .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
-            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await?;
+            Err(Response::kafka(ApiKey::AlterShareGroupOffsets, version, id, &body))
         }
         GroupRequest::DeleteShareGroupOffsets(r) if !group_allowed(conn, AclOperation::Delete, &r.group_id) => {
             let body = DeleteShareGroupOffsetsResponse::default()
                 .with_error_code(denied)
                 .with_error_message(Some(s(GROUP_AUTHORIZATION_FAILED_MESSAGE)));
-            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body)
-                .await?;
+            Err(Response::kafka(ApiKey::DeleteShareGroupOffsets, version, id, &body))
         }
-        request => return Ok(Some(request)),
+        request => Ok(request),
     }
-    Ok(None)
 }
 
-pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> std::io::Result<()> {
+/// The answer to a group request.
+pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request: GroupRequest) -> Response {
     let version = header.request_api_version;
     let id = header.correlation_id;
     let request = if conn.authz_restricted() {
-        match refuse_unauthorized(conn, version, id, request).await {
-            Ok(Some(request)) => request,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(principal = conn.auth.principal(), error = %e, "closing client connection");
-                return Err(e);
-            }
+        match refuse_unauthorized(conn, version, id, request) {
+            Ok(request) => request,
+            Err(refused) => return refused,
         }
     } else {
         request
@@ -294,41 +266,17 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
     let restricted = conn.authz_restricted();
     match request {
         GroupRequest::FindCoordinator(r) => {
-            let mut body = find_coordinator(&conn.catalog.get(), version, &r);
-            // DESCRIBE on each group (Kafka's handleFindCoordinatorRequest).
-            // DESCRIBE on each transactional id (the same).
-            if restricted && r.key_type == KEY_TYPE_TRANSACTION {
-                for c in &mut body.coordinators {
-                    if !conn.authorized(AclOperation::Describe, ResourceType::TransactionalId, &c.key) {
-                        c.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-                        c.error_message = Some(s("Transactional Id authorization failed."));
-                        c.node_id = BrokerId(-1);
-                        c.host = StrBytes::default();
-                        c.port = -1;
-                    }
-                }
-            }
-            if restricted && r.key_type == KEY_TYPE_GROUP {
-                for c in &mut body.coordinators {
-                    if !group_allowed(conn, AclOperation::Describe, &c.key) {
-                        c.error_code = GROUP_AUTHORIZATION_FAILED;
-                        c.error_message = Some(s("Group authorization failed."));
-                        c.node_id = BrokerId(-1);
-                        c.host = StrBytes::default();
-                        c.port = -1;
-                    }
-                }
-            }
-            conn.respond(ApiKey::FindCoordinator, version, id, &body).await
+            let body = handle_find_coordinator(conn, version, restricted, r);
+            Response::kafka(ApiKey::FindCoordinator, version, id, &body)
         }
         GroupRequest::JoinGroup(r) => {
             let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
             let body = join_group(&conn.access, version, (client_id, conn.peer_host()), r).await;
-            conn.respond(ApiKey::JoinGroup, version, id, &body).await
+            Response::kafka(ApiKey::JoinGroup, version, id, &body)
         }
         GroupRequest::SyncGroup(r) => {
             let body = sync_group(&conn.access, version, r).await;
-            conn.respond(ApiKey::SyncGroup, version, id, &body).await
+            Response::kafka(ApiKey::SyncGroup, version, id, &body)
         }
         GroupRequest::Heartbeat(r) => {
             let group = r.group_id.0.to_string();
@@ -338,219 +286,164 @@ pub async fn handle(conn: &mut ClientConnection, header: &RequestHeader, request
             })
             .await
             .unwrap_or(COORDINATOR_NOT_AVAILABLE);
-            conn.respond(
+            Response::kafka(
                 ApiKey::Heartbeat,
                 version,
                 id,
                 &HeartbeatResponse::default().with_error_code(code),
             )
-            .await
         }
         GroupRequest::LeaveGroup(r) => {
             let body = leave_group(&conn.access, version, r).await;
-            conn.respond(ApiKey::LeaveGroup, version, id, &body).await
+            Response::kafka(ApiKey::LeaveGroup, version, id, &body)
         }
         GroupRequest::OffsetCommit(r) => {
-            let catalog = conn.catalog.get();
-            let mut r = r;
-            // READ on each topic (Kafka's handleOffsetCommitRequest).
-            let denied_topics = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.name);
-            let mut body = offset_commit(&conn.access, &catalog, r).await;
-            body.topics.extend(denied_topics.into_iter().map(|t| {
-                let partitions = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        OffsetCommitResponsePartition::default()
-                            .with_partition_index(p.partition_index)
-                            .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                    })
-                    .collect();
-                OffsetCommitResponseTopic::default()
-                    .with_name(t.name)
-                    .with_partitions(partitions)
-            }));
-            conn.respond(ApiKey::OffsetCommit, version, id, &body).await
+            let body = offsets::handle_offset_commit(conn, restricted, r).await;
+            Response::kafka(ApiKey::OffsetCommit, version, id, &body)
         }
         GroupRequest::TxnOffsetCommit(r) => {
             let body = txn_offset_commit(conn, version, r).await;
-            conn.respond(ApiKey::TxnOffsetCommit, version, id, &body).await
+            Response::kafka(ApiKey::TxnOffsetCommit, version, id, &body)
         }
-        GroupRequest::OffsetFetch(mut r) => {
-            // DESCRIBE on each group (v8+ here; before, above) and on each
-            // topic: left out of "all topics", TOPIC_AUTHORIZATION_FAILED
-            // when asked by name (Kafka's handleOffsetFetchRequest).
-            let mut denied_groups = Vec::new();
-            if restricted && version >= 8 {
-                let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
-                    .into_iter()
-                    .partition(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
-                r.groups = ok;
-                denied_groups = denied;
-            }
-            let all_topics_v8: Vec<bool> = r.groups.iter().map(|g| g.topics.is_none()).collect();
-            let all_topics = r.topics.is_none();
-            let mut body = offset_fetch(&conn.access, version, r).await;
-            if restricted {
-                let allowed = |t: &TopicName| topic_allowed(conn, AclOperation::Describe, t);
-                // The same rule for both layouts (topics before v8, groups'
-                // topics from v8; other types, the same fields): a topic
-                // the client may not describe is left out of an "all
-                // topics" answer, and answered TOPIC_AUTHORIZATION_FAILED
-                // where it was named.
-                macro_rules! hide_denied {
-                    ($topics:expr, $all:expr) => {
-                        if $all {
-                            $topics.retain(|t| allowed(&t.name));
-                        } else {
-                            for t in $topics.iter_mut().filter(|t| !allowed(&t.name)) {
-                                for p in &mut t.partitions {
-                                    p.committed_offset = -1;
-                                    p.committed_leader_epoch = -1;
-                                    p.metadata = Some(StrBytes::default());
-                                    p.error_code = TOPIC_AUTHORIZATION_FAILED;
-                                }
-                            }
-                        }
-                    };
-                }
-                hide_denied!(body.topics, all_topics);
-                for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
-                    hide_denied!(g.topics, all);
-                }
-            }
-            body.groups.extend(denied_groups.into_iter().map(|g| {
-                OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id)
-                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
-            }));
-            conn.respond(ApiKey::OffsetFetch, version, id, &body).await
+        GroupRequest::OffsetFetch(r) => {
+            let body = offsets::handle_offset_fetch(conn, version, restricted, r).await;
+            Response::kafka(ApiKey::OffsetFetch, version, id, &body)
         }
         GroupRequest::ListGroups(r) => {
-            let mut body = list_groups(&conn.access, version, &r).await;
-            // Groups the principal may DESCRIBE, unless it may DESCRIBE the
-            // cluster (Kafka's handleListGroupsRequest).
-            if restricted && !conn.authorized_cluster(AclOperation::Describe) {
-                body.groups
-                    .retain(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
-            }
-            conn.respond(ApiKey::ListGroups, version, id, &body).await
+            let body = handle_list_groups(conn, version, restricted, r).await;
+            Response::kafka(ApiKey::ListGroups, version, id, &body)
         }
         GroupRequest::DescribeGroups(r) => {
-            // DESCRIBE on each group (Kafka's handleDescribeGroupsRequest).
-            let mut r = r;
-            let mut denied = Vec::new();
-            if restricted {
-                let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
-                    .into_iter()
-                    .partition(|g| group_allowed(conn, AclOperation::Describe, g));
-                r.groups = ok;
-                denied = no;
-            }
-            let mut body = describe_groups(&conn.access, version, r).await;
-            body.groups.extend(denied.into_iter().map(|g| {
-                DescribedGroup::default()
-                    .with_group_id(g)
-                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
-                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
-            }));
-            conn.respond(ApiKey::DescribeGroups, version, id, &body).await
+            let body = handle_describe_groups(conn, version, restricted, r).await;
+            Response::kafka(ApiKey::DescribeGroups, version, id, &body)
         }
         GroupRequest::DeleteGroups(r) => {
-            let mut results = Vec::with_capacity(r.groups_names.len());
-            for group in r.groups_names {
-                let name = group.0.to_string();
-                // DELETE on each group (Kafka's handleDeleteGroupsRequest).
-                if !group_allowed(conn, AclOperation::Delete, &name) {
-                    results.push(
-                        DeletableGroupResult::default()
-                            .with_group_id(group)
-                            .with_error_code(GROUP_AUTHORIZATION_FAILED),
-                    );
-                    continue;
-                }
-                let code = on_coordinator(&conn.access, &name.clone(), move |c, _| c.delete(&name))
-                    .await
-                    .unwrap_or(COORDINATOR_NOT_AVAILABLE);
-                results.push(
-                    DeletableGroupResult::default()
-                        .with_group_id(group)
-                        .with_error_code(code),
-                );
-            }
-            let body = DeleteGroupsResponse::default().with_results(results);
-            conn.respond(ApiKey::DeleteGroups, version, id, &body).await
+            let body = handle_delete_groups(conn, r).await;
+            Response::kafka(ApiKey::DeleteGroups, version, id, &body)
         }
         GroupRequest::ConsumerGroupHeartbeat(r) => super::consumer_groups::heartbeat(conn, header, r).await,
         GroupRequest::ConsumerGroupDescribe(r) => super::consumer_groups::describe(conn, header, r).await,
-        GroupRequest::ShareGroupDescribe(mut r) => {
-            // DESCRIBE on each group (Kafka's handleShareGroupDescribe):
-            // the refused first, then the others.
-            let mut denied = Vec::new();
-            if restricted {
-                let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
-                    .into_iter()
-                    .partition(|g| group_allowed(conn, AclOperation::Describe, g));
-                r.group_ids = ok;
-                denied = no;
-            }
-            let mut body = share_group_describe(&conn.access, r).await;
-            let refused = denied.into_iter().map(|g| {
-                ShareDescribedGroup::default()
-                    .with_group_id(g)
-                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
-                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
-            });
-            body.groups = refused.chain(std::mem::take(&mut body.groups)).collect();
-            conn.respond(ApiKey::ShareGroupDescribe, version, id, &body).await
+        GroupRequest::ShareGroupDescribe(r) => {
+            let body = share::handle_share_group_describe(conn, restricted, r).await;
+            Response::kafka(ApiKey::ShareGroupDescribe, version, id, &body)
         }
         GroupRequest::DescribeShareGroupOffsets(r) => {
-            share::respond_describe_share_group_offsets(conn, version, id, restricted, r).await
+            share::describe_share_group_offsets_response(conn, version, id, restricted, r).await
         }
         GroupRequest::AlterShareGroupOffsets(r) => {
-            let catalog = conn.catalog.get();
-            let mut r = r;
-            // READ on each topic (the group's READ is checked above;
-            // Kafka's handleAlterShareGroupOffsetsRequest).
-            let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
-            let mut body = alter_share_group_offsets(&conn.access, &catalog, r).await;
-            if body.error_code == NONE {
-                body.responses.extend(denied.into_iter().map(|t| {
-                    let partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            AlterShareGroupOffsetsResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                                .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
-                        })
-                        .collect();
-                    AlterShareGroupOffsetsResponseTopic::default()
-                        .with_topic_name(t.topic_name)
-                        .with_partitions(partitions)
-                }));
-            }
-            conn.respond(ApiKey::AlterShareGroupOffsets, version, id, &body).await
+            let body = share::handle_alter_share_group_offsets(conn, restricted, r).await;
+            Response::kafka(ApiKey::AlterShareGroupOffsets, version, id, &body)
         }
         GroupRequest::DeleteShareGroupOffsets(r) => {
-            let catalog = conn.catalog.get();
-            let mut r = r;
-            // READ on each topic (the group's DELETE is checked above;
-            // Kafka's handleDeleteShareGroupOffsetsRequest).
-            let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
-            let mut body = delete_share_group_offsets(&conn.access, &catalog, r).await;
-            if body.error_code == NONE {
-                body.responses.extend(denied.into_iter().map(|t| {
-                    DeleteShareGroupOffsetsResponseTopic::default()
-                        .with_topic_name(t.topic_name)
-                        .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                        .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
-                }));
-            }
-            conn.respond(ApiKey::DeleteShareGroupOffsets, version, id, &body).await
+            let body = share::handle_delete_share_group_offsets(conn, restricted, r).await;
+            Response::kafka(ApiKey::DeleteShareGroupOffsets, version, id, &body)
         }
     }
+}
+
+/// FindCoordinator, with the ACL checks Kafka makes for it.
+fn handle_find_coordinator(
+    conn: &mut ClientConnection,
+    version: i16,
+    restricted: bool,
+    r: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let mut body = find_coordinator(&conn.catalog.get(), version, &r);
+    // DESCRIBE on each group (Kafka's handleFindCoordinatorRequest).
+    // DESCRIBE on each transactional id (the same).
+    if restricted && r.key_type == KEY_TYPE_TRANSACTION {
+        for c in &mut body.coordinators {
+            if !conn.authorized(AclOperation::Describe, ResourceType::TransactionalId, &c.key) {
+                c.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                c.error_message = Some(s("Transactional Id authorization failed."));
+                c.node_id = BrokerId(-1);
+                c.host = StrBytes::default();
+                c.port = -1;
+            }
+        }
+    }
+    if restricted && r.key_type == KEY_TYPE_GROUP {
+        for c in &mut body.coordinators {
+            if !group_allowed(conn, AclOperation::Describe, &c.key) {
+                c.error_code = GROUP_AUTHORIZATION_FAILED;
+                c.error_message = Some(s("Group authorization failed."));
+                c.node_id = BrokerId(-1);
+                c.host = StrBytes::default();
+                c.port = -1;
+            }
+        }
+    }
+    body
+}
+
+/// ListGroups, with the ACL checks Kafka makes for it.
+async fn handle_list_groups(
+    conn: &mut ClientConnection,
+    version: i16,
+    restricted: bool,
+    r: ListGroupsRequest,
+) -> ListGroupsResponse {
+    let mut body = list_groups(&conn.access, version, &r).await;
+    // Groups the principal may DESCRIBE, unless it may DESCRIBE the
+    // cluster (Kafka's handleListGroupsRequest).
+    if restricted && !conn.authorized_cluster(AclOperation::Describe) {
+        body.groups
+            .retain(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
+    }
+    body
+}
+
+/// DescribeGroups, with the ACL checks Kafka makes for it.
+async fn handle_describe_groups(
+    conn: &mut ClientConnection,
+    version: i16,
+    restricted: bool,
+    r: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    // DESCRIBE on each group (Kafka's handleDescribeGroupsRequest).
+    let mut r = r;
+    let mut denied = Vec::new();
+    if restricted {
+        let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+            .into_iter()
+            .partition(|g| group_allowed(conn, AclOperation::Describe, g));
+        r.groups = ok;
+        denied = no;
+    }
+    let mut body = describe_groups(&conn.access, version, r).await;
+    body.groups.extend(denied.into_iter().map(|g| {
+        DescribedGroup::default()
+            .with_group_id(g)
+            .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+    }));
+    body
+}
+
+/// DeleteGroups, with the ACL checks Kafka makes for it.
+async fn handle_delete_groups(conn: &mut ClientConnection, r: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(r.groups_names.len());
+    for group in r.groups_names {
+        let name = group.0.to_string();
+        // DELETE on each group (Kafka's handleDeleteGroupsRequest).
+        if !group_allowed(conn, AclOperation::Delete, &name) {
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(group)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
+        let code = on_coordinator(&conn.access, &name.clone(), move |c, _| c.delete(&name))
+            .await
+            .unwrap_or(COORDINATOR_NOT_AVAILABLE);
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group)
+                .with_error_code(code),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(results)
 }
 
 /// This agent coordinates every group and every transactional id (each

@@ -2,6 +2,7 @@
 //! OffsetFetch, each turned into calls on the coordinator of the group's
 //! shard; partitions this agent does not serve are answered here.
 
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -15,10 +16,12 @@ use kafka_protocol::messages::{
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
-use super::{group_allowed, on_coordinator, s, topic_allowed};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{group_allowed, on_coordinator, s, take_denied_topics, topic_allowed};
 use crate::groups::codes::*;
 use crate::groups::{CommittedOffset, group_shard};
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::ShardAccess;
 use crate::security::acls::{AclOperation, ResourceType};
@@ -69,21 +72,7 @@ pub(super) async fn offset_commit(
         .topics
         .into_iter()
         .zip(merged_codes(codes, decided))
-        .map(|(t, topic_codes)| {
-            let partitions = t
-                .partitions
-                .iter()
-                .zip(topic_codes)
-                .map(|(p, code)| {
-                    OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(code)
-                })
-                .collect();
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
-        })
+        .map(|(t, topic_codes)| commit_topic(t, topic_codes))
         .collect();
     OffsetCommitResponse::default().with_topics(topics)
 }
@@ -375,4 +364,103 @@ pub(super) async fn offset_fetch(access: &ShardAccess, version: i16, r: OffsetFe
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// OffsetCommit, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_offset_commit(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (Kafka's handleOffsetCommitRequest).
+    let denied_topics = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.name);
+    let mut body = offset_commit(&conn.access, &catalog, r).await;
+    body.topics.extend(
+        denied_topics
+            .into_iter()
+            .map(|t| refused_commit_topic(t, TOPIC_AUTHORIZATION_FAILED)),
+    );
+    body
+}
+
+/// A topic of an OffsetCommit answered `code` on each of its partitions.
+pub(super) fn refused_commit_topic(t: OffsetCommitRequestTopic, code: i16) -> OffsetCommitResponseTopic {
+    commit_topic(t, std::iter::repeat(code))
+}
+
+/// A topic of an OffsetCommit answered with `codes`, one per partition
+/// in request order.
+fn commit_topic(t: OffsetCommitRequestTopic, codes: impl IntoIterator<Item = i16>) -> OffsetCommitResponseTopic {
+    let partitions = t
+        .partitions
+        .iter()
+        .zip(codes)
+        .map(|(p, code)| {
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code)
+        })
+        .collect();
+    OffsetCommitResponseTopic::default()
+        .with_name(t.name)
+        .with_partitions(partitions)
+}
+
+/// OffsetFetch, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_offset_fetch(
+    conn: &mut ClientConnection,
+    version: i16,
+    restricted: bool,
+    mut r: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    // DESCRIBE on each group (v8+ here; before, above) and on each
+    // topic: left out of "all topics", TOPIC_AUTHORIZATION_FAILED
+    // when asked by name (Kafka's handleOffsetFetchRequest).
+    let mut denied_groups = Vec::new();
+    if restricted && version >= 8 {
+        let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+            .into_iter()
+            .partition(|g| group_allowed(conn, AclOperation::Describe, &g.group_id));
+        r.groups = ok;
+        denied_groups = denied;
+    }
+    let all_topics_v8: Vec<bool> = r.groups.iter().map(|g| g.topics.is_none()).collect();
+    let all_topics = r.topics.is_none();
+    let mut body = offset_fetch(&conn.access, version, r).await;
+    if restricted {
+        let allowed = |t: &TopicName| topic_allowed(conn, AclOperation::Describe, t);
+        // The same rule for both layouts (topics before v8, groups'
+        // topics from v8; other types, the same fields): a topic
+        // the client may not describe is left out of an "all
+        // topics" answer, and answered TOPIC_AUTHORIZATION_FAILED
+        // where it was named.
+        macro_rules! hide_denied {
+            ($topics:expr, $all:expr) => {
+                if $all {
+                    $topics.retain(|t| allowed(&t.name));
+                } else {
+                    for t in $topics.iter_mut().filter(|t| !allowed(&t.name)) {
+                        for p in &mut t.partitions {
+                            p.committed_offset = -1;
+                            p.committed_leader_epoch = -1;
+                            p.metadata = Some(StrBytes::default());
+                            p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        }
+                    }
+                }
+            };
+        }
+        hide_denied!(body.topics, all_topics);
+        for (g, all) in body.groups.iter_mut().zip(all_topics_v8) {
+            hide_denied!(g.topics, all);
+        }
+    }
+    body.groups.extend(denied_groups.into_iter().map(|g| {
+        OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(GROUP_AUTHORIZATION_FAILED)
+    }));
+    body
 }

@@ -20,10 +20,11 @@ use kafka_protocol::messages::{
 };
 use uuid::Uuid;
 
-use super::{AUTHORIZED_OPERATIONS_OMITTED, group_allowed, on_coordinator, s, topic_allowed};
+use super::{AUTHORIZED_OPERATIONS_OMITTED, group_allowed, on_coordinator, s, take_denied_topics, topic_allowed};
 use crate::groups::ShareStartOffset;
 use crate::groups::codes::*;
-use crate::kafka::listener::ClientConnection;
+use crate::kafka::connection::ClientConnection;
+use crate::kafka::response::Response;
 use crate::partition::catalog::Catalog;
 use crate::partition::registry::{ServedPartition, ShardAccess};
 use crate::security::acls::AclOperation;
@@ -44,13 +45,13 @@ const SHARE_ASSIGNOR: &str = "simple";
 /// TOPIC_AUTHORIZATION_FAILED per partition when asked (Kafka's
 /// `handleDescribeShareGroupOffsetsRequest`). Encoded here: v1 adds each
 /// partition's lag, which the generated response type has no field for.
-pub(super) async fn respond_describe_share_group_offsets(
+pub(super) async fn describe_share_group_offsets_response(
     conn: &mut ClientConnection,
     version: i16,
     id: i32,
     restricted: bool,
     r: DescribeShareGroupOffsetsRequest,
-) -> std::io::Result<()> {
+) -> Response {
     let catalog = conn.catalog.get();
     let mut r = r;
     // DESCRIBE on each group, and on each topic: left out of "all
@@ -141,10 +142,9 @@ pub(super) async fn respond_describe_share_group_offsets(
             (high_watermark - p.start_offset).max(0)
         })
     };
-    conn.respond_encoded(ServedApi::DescribeShareGroupOffsets, version, id, |buf| {
+    Response::encoded(ServedApi::DescribeShareGroupOffsets, version, id, |buf| {
         share_group_offsets::encode_response(&body, version, lag, buf).map_err(|e| e.to_string())
     })
-    .await
 }
 
 /// A topic's id at this agent, or Kafka's zero UUID for one it does not have.
@@ -423,4 +423,86 @@ pub(super) async fn delete_share_group_offsets(
         })
         .collect();
     DeleteShareGroupOffsetsResponse::default().with_responses(topics)
+}
+
+/// ShareGroupDescribe, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_share_group_describe(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    mut r: ShareGroupDescribeRequest,
+) -> ShareGroupDescribeResponse {
+    // DESCRIBE on each group (Kafka's handleShareGroupDescribe):
+    // the refused first, then the others.
+    let mut denied = Vec::new();
+    if restricted {
+        let (ok, no): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+            .into_iter()
+            .partition(|g| group_allowed(conn, AclOperation::Describe, g));
+        r.group_ids = ok;
+        denied = no;
+    }
+    let mut body = share_group_describe(&conn.access, r).await;
+    let refused = denied.into_iter().map(|g| {
+        ShareDescribedGroup::default()
+            .with_group_id(g)
+            .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+    });
+    body.groups = refused.chain(std::mem::take(&mut body.groups)).collect();
+    body
+}
+
+/// AlterShareGroupOffsets, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_alter_share_group_offsets(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (the group's READ is checked above;
+    // Kafka's handleAlterShareGroupOffsetsRequest).
+    let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+    let mut body = alter_share_group_offsets(&conn.access, &catalog, r).await;
+    if body.error_code == NONE {
+        body.responses.extend(denied.into_iter().map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    AlterShareGroupOffsetsResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                        .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+                })
+                .collect();
+            AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name)
+                .with_partitions(partitions)
+        }));
+    }
+    body
+}
+
+/// DeleteShareGroupOffsets, with the ACL checks Kafka makes for it.
+pub(super) async fn handle_delete_share_group_offsets(
+    conn: &mut ClientConnection,
+    restricted: bool,
+    r: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    let catalog = conn.catalog.get();
+    let mut r = r;
+    // READ on each topic (the group's DELETE is checked above;
+    // Kafka's handleDeleteShareGroupOffsetsRequest).
+    let denied = take_denied_topics(conn, restricted, AclOperation::Read, &mut r.topics, |t| &t.topic_name);
+    let mut body = delete_share_group_offsets(&conn.access, &catalog, r).await;
+    if body.error_code == NONE {
+        body.responses.extend(denied.into_iter().map(|t| {
+            DeleteShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(t.topic_name)
+                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                .with_error_message(Some(s(TOPIC_AUTHORIZATION_FAILED_MESSAGE)))
+        }));
+    }
+    body
 }
