@@ -272,6 +272,51 @@ fn listener_sasl(config: &ListenerConfig, settings: &mut ListenerSettings) -> an
     }))
 }
 
+/// Below this hard limit on open files, start-up says so: each partition
+/// holds three descriptors per segment (`.log`, `.index`, `.timeindex`).
+const OPEN_FILES_WARN_BELOW: libc::rlim_t = 65_536;
+
+/// The soft limit on open files to ask for: the hard one, when it is higher
+/// (what the JVM does for every Kafka broker, HotSpot's `-XX:+MaxFDLimit`,
+/// on by default); `None` when there is nothing to raise.
+fn raised_open_files(soft: libc::rlim_t, hard: libc::rlim_t) -> Option<libc::rlim_t> {
+    (soft < hard).then_some(hard)
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to the hard one: a systemd unit's
+/// default soft limit (1024) would stop the agent at a few hundred
+/// partitions with EMFILE. Says at WARN when even the hard limit is low.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls with a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let before = lim.rlim_cur;
+    if let Some(raised) = raised_open_files(lim.rlim_cur, lim.rlim_max) {
+        lim.rlim_cur = raised;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            tracing::info!(
+                from = before,
+                to = raised,
+                "raised the open files limit (RLIMIT_NOFILE) to its hard limit"
+            );
+        } else {
+            lim.rlim_cur = before;
+        }
+    }
+    if lim.rlim_cur < OPEN_FILES_WARN_BELOW {
+        tracing::warn!(
+            open_files_limit = lim.rlim_cur,
+            "the open files limit is low: each partition holds 3 files per segment; raise it (LimitNOFILE= in the systemd unit)"
+        );
+    }
+}
+
 /// Registered I/O memory per ring that fits RLIMIT_MEMLOCK for a non-root
 /// process (root is not charged), said out loud when it has to shrink.
 fn io_memory_bytes(executors: usize) -> usize {
@@ -312,6 +357,7 @@ impl Agent {
         // certificate file fails fast.
         let admin_security = config.admin.as_ref().map(|admin| admin.security()).transpose()?;
         let io_memory = io_memory_bytes(shard_count);
+        raise_open_files_limit();
         let data_dir_lock = lock_data_dir(&config.data_dir)?;
         let log_dir = LogDir::open(&config.data_dir).context("open data dir")?;
         tracing::info!(data_dir = %config.data_dir.display(), clean = log_dir.was_clean_shutdown(), shards = shard_count, "starting agent");
@@ -729,6 +775,13 @@ fn apply_event(status: &Mutex<Status>, event: ShardEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_one_only_when_higher() {
+        assert_eq!(raised_open_files(1024, 524_288), Some(524_288));
+        assert_eq!(raised_open_files(1024, libc::RLIM_INFINITY), Some(libc::RLIM_INFINITY));
+        assert_eq!(raised_open_files(524_288, 524_288), None);
+    }
 
     #[test]
     fn a_new_shard_count_is_refused_only_when_group_offsets_exist() {
