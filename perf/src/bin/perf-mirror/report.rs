@@ -440,10 +440,15 @@ pub fn plot_throughput(dir: &Path, results: &[(Scenario, Vec<Measured>)]) -> any
 /// `--plot-dir`: the lag's cumulative distribution (`lag-cdf-<partitions>p.png`).
 pub fn plot_lag(dir: &Path, args: &Args, rate: f64, lags: &Lags) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
+    // Every recorded bucket, with the fraction of batches at or below it.
+    let total = lags.histogram.len().max(1) as f64;
     let points: Vec<(f64, f64)> = lags
         .histogram
-        .iter_quantiles(1)
-        .map(|q| (q.value_iterated_to() as f64 / 1000.0, q.quantile_iterated_to()))
+        .iter_recorded()
+        .scan(0u64, |below, v| {
+            *below += v.count_at_value();
+            Some((v.value_iterated_to() as f64 / 1000.0, *below as f64 / total))
+        })
         .collect();
     let path = dir.join(format!("lag-cdf-{}p.png", args.partitions));
     let label = format!(
