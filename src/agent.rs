@@ -272,9 +272,11 @@ fn listener_sasl(config: &ListenerConfig, settings: &mut ListenerSettings) -> an
     }))
 }
 
-/// Below this hard limit on open files, start-up says so: each partition
-/// holds three descriptors per segment (`.log`, `.index`, `.timeindex`).
-const OPEN_FILES_WARN_BELOW: libc::rlim_t = 65_536;
+/// Below this limit on open files, even after raising it, start-up warns:
+/// each partition holds three descriptors per segment (`.log`, `.index`,
+/// `.timeindex`), so a few hundred partitions would already fail with
+/// EMFILE. Above it the limit is said at INFO, as the operator's to size.
+const OPEN_FILES_WARN_BELOW: libc::rlim_t = 4096;
 
 /// The soft limit on open files to ask for: the hard one, when it is higher
 /// (what the JVM does for every Kafka broker, HotSpot's `-XX:+MaxFDLimit`,
@@ -313,6 +315,11 @@ fn raise_open_files_limit() {
         tracing::warn!(
             open_files_limit = lim.rlim_cur,
             "the open files limit is low: each partition holds 3 files per segment; raise it (LimitNOFILE= in the systemd unit)"
+        );
+    } else {
+        tracing::info!(
+            open_files_limit = lim.rlim_cur,
+            "open files limit (each partition holds 3 files per segment)"
         );
     }
 }
