@@ -185,8 +185,12 @@ fn kafka_streams_exactly_once_after_an_unplanned_failover_differs_only_by_the_wi
         changelog.clone(),
     ];
 
-    // The application at Kafka, each record held 10 ms: mid-stream for 15 s.
-    let mut running = start_app(&app, &c.bootstrap, dir.path(), 10, 0);
+    // The application at Kafka, each record held 40 ms: mid-stream for a
+    // minute, so it still has input to commit after the cut however long
+    // the mirror takes to place every topic and sync offsets (at 10 ms, a
+    // clean-clone run reached the cut 23 s in, with all input processed,
+    // and no commit came after it).
+    let mut running = start_app(&app, &c.bootstrap, dir.path(), 40, 0);
     running.wait_for_line(DEADLINE, "RUNNING", |l| l == "state RUNNING");
     common::wait_until(
         DEADLINE,
