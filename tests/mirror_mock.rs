@@ -169,18 +169,40 @@ fn mirrors_every_partition_byte_for_byte_and_resumes_after_restart() {
     assert_identical(dir.path(), &bootstrap, &tps);
 }
 
-#[test]
-fn mmap_ingest_mirrors_identically() {
+/// Mirrors three partitions with `ingest` and checks the copy byte for
+/// byte; `while_running` looks at the process before the agent stops.
+fn mirrors_identically_with(ingest: &str, while_running: impl FnOnce()) {
     let cluster = MockCluster::new(2).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     cluster.create_topic("copied", 3, 1).expect("create topic");
     produce(&bootstrap, "copied", 3, 2000, "lz4", 0);
     let tps = partitions(&[("copied", 3)]);
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(config_with(dir.path(), &bootstrap, &["copied"], "mmap")).expect("start agent");
+    let agent = Agent::start(config_with(dir.path(), &bootstrap, &["copied"], ingest)).expect("start agent");
     wait_mirrored(&agent, &source_ends(&bootstrap, &tps));
+    while_running();
     agent.stop().expect("clean stop");
     assert_identical(dir.path(), &bootstrap, &tps);
+}
+
+#[test]
+fn mmap_ingest_mirrors_identically() {
+    mirrors_identically_with("mmap", || {});
+}
+
+/// The kernel's submission thread of an SQPOLL ring is a task of this
+/// process named `iou-sqp-<pid>`: its presence shows the writes went
+/// through such a ring, not the fallback copy on the shard's core.
+#[test]
+fn uring_sqpoll_ingest_mirrors_identically_through_a_kernel_submission_thread() {
+    mirrors_identically_with("uring_sqpoll", || {
+        let sqpoll_threads = std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with("iou-sqp"))
+            .count();
+        assert!(sqpoll_threads >= 1, "no SQPOLL thread in the process");
+    });
 }
 
 #[test]

@@ -60,7 +60,9 @@ pub struct MirrorConfig {
     pub topic_deletion_confirm_ms: u64,
     /// How record bytes reach the log: "mmap" (received straight into the
     /// segment), "aligned_copy" (a page-aligned buffer, then one copy) or
-    /// "uring" (as aligned_copy, the copy done by the kernel via io_uring).
+    /// "uring" (as aligned_copy, the copy done by the kernel via io_uring)
+    /// or "uring_sqpoll" (the same through a ring with a kernel submission
+    /// thread).
     #[serde(default)]
     pub ingest: IngestMode,
     /// How we reach the source, as Kafka's `security.protocol`:

@@ -242,7 +242,7 @@ pub struct CreateArgs {
     #[arg(long, value_name = "MS")]
     pub topic_deletion_confirm_ms: Option<u64>,
     /// How record bytes reach the log [default: uring].
-    #[arg(long, value_parser = ["uring", "aligned_copy", "mmap"])]
+    #[arg(long, value_parser = ["uring", "uring_sqpoll", "aligned_copy", "mmap"])]
     pub ingest: Option<String>,
     /// How the source is reached [default: plaintext].
     #[arg(long, value_parser = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"])]

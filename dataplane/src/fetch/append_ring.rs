@@ -1,7 +1,10 @@
 //! The shard's append ring: one io_uring instance per shard through which
 //! the fetchers hand segment writes to the kernel (`IOSQE_ASYNC`: the copy
 //! into the page cache runs in the kernel's workers), so the shard's core
-//! goes on receiving while the bytes are copied.
+//! goes on receiving while the bytes are copied. With `ingest =
+//! "uring_sqpoll"` the ring has a kernel submission thread instead (SQPOLL):
+//! it takes writes off the queue without a system call and copies them
+//! itself.
 //!
 //! Each write sits in a slot that names its partition and the log's
 //! sequence number for it; completions arrive in any order and are routed
@@ -28,7 +31,7 @@ use io_uring::{IoUring, opcode, squeue, types};
 use crate::partition::ServedPartition;
 use ringmirror_storage::log::{BeginWrite, LogError, PartitionLog, WriteTarget};
 
-use super::ingest::AlignedBuffer;
+use super::ingest::{AlignedBuffer, IngestMode};
 use ringmirror_storage::clock::now_ms;
 
 /// Writes in flight on one shard's ring, over all of its logs.
@@ -39,12 +42,40 @@ const RING_WRITE_BYTES_MIN: usize = 64 * 1024;
 /// How often the completion queue is looked at while writes are in flight.
 const REAP_INTERVAL: Duration = Duration::from_micros(50);
 
+/// How long an SQPOLL ring's kernel thread keeps polling for writes after
+/// the last one before it sleeps (and the next submit wakes it with a
+/// system call).
+const SQPOLL_IDLE_MS: u32 = 50;
+
+/// How the kernel takes the ring's writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RingKind {
+    /// Submitted with io_uring_enter; each write runs in the kernel's
+    /// io-wq workers (`IOSQE_ASYNC`).
+    Async,
+    /// A kernel thread polls the submission queue and writes itself.
+    SqPoll,
+}
+
+impl RingKind {
+    /// The ring an ingest mode writes through, if any.
+    pub(crate) fn of(ingest: IngestMode) -> Option<Self> {
+        match ingest {
+            IngestMode::Uring => Some(Self::Async),
+            IngestMode::UringSqpoll => Some(Self::SqPoll),
+            IngestMode::Mmap | IngestMode::AlignedCopy => None,
+        }
+    }
+}
+
 thread_local! {
-    /// Each shard is one thread: its ring, once set up (`None` inside: io_uring unavailable).
-    static SHARD_RING: RefCell<Option<Option<Rc<AppendRing>>>> = const { RefCell::new(None) };
+    /// Each shard is one thread: its ring of each kind, once set up (`None`
+    /// inside: io_uring, or that kind of ring, unavailable).
+    static SHARD_RINGS: RefCell<[Option<Option<Rc<AppendRing>>>; 2]> = const { RefCell::new([None, None]) };
 }
 
 pub(crate) struct AppendRing {
+    kind: RingKind,
     ring: RefCell<IoUring>,
     slots: RefCell<Vec<Slot>>,
     /// Writes submitted whose completion has not been taken off the queue.
@@ -73,19 +104,19 @@ struct SlotWrite {
 }
 
 impl AppendRing {
-    /// This shard's ring, set up (with its reaper task) on first use; `None`
-    /// when the kernel refuses io_uring (said once, at WARN).
-    pub(crate) fn for_this_shard(appended: &Arc<Event>) -> Option<Rc<Self>> {
-        SHARD_RING.with(|cell| {
-            cell.borrow_mut()
-                .get_or_insert_with(|| match Self::new(Arc::clone(appended)) {
+    /// This shard's ring of `kind`, set up (with its reaper task) on first
+    /// use; `None` when the kernel refuses it (said once, at WARN).
+    pub(crate) fn for_this_shard(kind: RingKind, appended: &Arc<Event>) -> Option<Rc<Self>> {
+        SHARD_RINGS.with(|cells| {
+            cells.borrow_mut()[kind as usize]
+                .get_or_insert_with(|| match Self::new(kind, Arc::clone(appended)) {
                     Ok(ring) => {
                         let ring = Rc::new(ring);
                         glommio::spawn_local(reap_while_shard_runs(Rc::clone(&ring))).detach();
                         Some(ring)
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "io_uring unavailable; segment writes stay on the shard's core (ingest = aligned_copy)");
+                        tracing::warn!(%error, ?kind, "io_uring ring unavailable; segment writes stay on the shard's core (ingest = aligned_copy)");
                         None
                     }
                 })
@@ -93,9 +124,15 @@ impl AppendRing {
         })
     }
 
-    fn new(appended: Arc<Event>) -> std::io::Result<Self> {
+    fn new(kind: RingKind, appended: Arc<Event>) -> std::io::Result<Self> {
+        let entries = RING_WRITES_IN_FLIGHT_MAX as u32;
+        let ring = match kind {
+            RingKind::Async => IoUring::new(entries)?,
+            RingKind::SqPoll => IoUring::builder().setup_sqpoll(SQPOLL_IDLE_MS).build(entries)?,
+        };
         Ok(Self {
-            ring: RefCell::new(IoUring::new(RING_WRITES_IN_FLIGHT_MAX as u32)?),
+            kind,
+            ring: RefCell::new(ring),
             slots: RefCell::new((0..RING_WRITES_IN_FLIGHT_MAX).map(|_| Slot::default()).collect()),
             kernel_in_flight: Cell::new(0),
             submitted: Event::new(),
@@ -152,6 +189,10 @@ impl AppendRing {
         }
     }
 
+    pub(crate) fn kind(&self) -> RingKind {
+        self.kind
+    }
+
     fn has_free_slot(&self) -> bool {
         self.slots.borrow().iter().any(|s| s.write.is_none())
     }
@@ -179,10 +220,16 @@ impl AppendRing {
         std::mem::swap(&mut slot.buffer, buffer);
         let data = &slot.buffer.get_mut(bytes.end)[bytes.clone()];
         let len = u32::try_from(data.len()).expect("a fetch's partition bytes fit u32");
+        // The SQPOLL thread is already off the shard's core: it writes
+        // itself rather than handing each write on to a worker.
+        let flags = match self.kind {
+            RingKind::Async => squeue::Flags::ASYNC,
+            RingKind::SqPoll => squeue::Flags::empty(),
+        };
         let entry = opcode::Write::new(types::Fd(target.file.as_raw_fd()), data.as_ptr(), len)
             .offset(target.position)
             .build()
-            .flags(squeue::Flags::ASYNC)
+            .flags(flags)
             .user_data(index as u64);
         let mut write = SlotWrite {
             partition: Rc::clone(partition),
@@ -405,9 +452,18 @@ mod tests {
 
     #[test]
     fn a_concurrent_reader_sees_only_whole_written_batches_up_to_the_visible_end() {
+        a_reader_sees_only_whole_written_batches(RingKind::Async);
+    }
+
+    #[test]
+    fn through_an_sqpoll_ring_a_reader_sees_only_whole_written_batches_too() {
+        a_reader_sees_only_whole_written_batches(RingKind::SqPoll);
+    }
+
+    fn a_reader_sees_only_whole_written_batches(kind: RingKind) {
         LocalExecutorBuilder::new(Placement::Unbound)
             .io_memory(1 << 20)
-            .spawn(|| async {
+            .spawn(move || async move {
                 let dir = tempfile::tempdir().unwrap();
                 // Small segments: some appends meet a roll with writes in flight.
                 let config = LogConfig {
@@ -419,7 +475,7 @@ mod tests {
                     .0;
                 let partition = ServedPartition::new(log, None);
                 let before = ring_files_and_mappings();
-                let ring = AppendRing::for_this_shard(&Arc::new(Event::new())).expect("io_uring on this kernel");
+                let ring = AppendRing::for_this_shard(kind, &Arc::new(Event::new())).expect("io_uring on this kernel");
                 let after = ring_files_and_mappings();
                 assert_eq!(after.0 - before.0, 1, "one ring fd per shard");
                 assert!(after.1 - before.1 <= 3, "the ring's mappings: {before:?} → {after:?}");

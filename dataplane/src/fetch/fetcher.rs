@@ -26,7 +26,7 @@ use ringmirror_protocol::wire::{FetchResponseReader, FetchStep, TopicRef};
 use ringmirror_storage::batch::{BatchErrorKind, BatchIter, Validation, validate_batches};
 use ringmirror_storage::log::TopicPartition;
 
-use super::append_ring::AppendRing;
+use super::append_ring::{AppendRing, RingKind};
 use super::control::{Directive, Directives};
 use super::divergence::{self, CheckOutcome, DIVERGENCE_ATTEMPTS_MAX, DIVERGENCE_RETRY_INTERVAL_MS, PendingCheck};
 use super::events::{ShardEventSink, StateEvent, StopReason, TelemetryEvent};
@@ -769,7 +769,12 @@ impl MirrorFetcher {
         let now = now_ms();
         self.check_destination_epoch(p);
         let ingest = self.settings.get().ingest;
-        let ring = self.append_ring.as_deref().filter(|_| ingest == IngestMode::Uring);
+        // A ring of another kind than `mirror update` asked for stays unused
+        // until the fetcher is made anew.
+        let ring = self
+            .append_ring
+            .as_deref()
+            .filter(|r| RingKind::of(ingest) == Some(r.kind()));
         if ring.is_none() {
             // `mirror update` may have switched away from the ring.
             self.settle_writes(p);
@@ -788,7 +793,9 @@ impl MirrorFetcher {
                 };
                 c.read_exact_into(tail).await?;
             }
-            IngestMode::AlignedCopy | IngestMode::Uring => c.read_exact_into(scratch.get_mut(len)).await?,
+            IngestMode::AlignedCopy | IngestMode::Uring | IngestMode::UringSqpoll => {
+                c.read_exact_into(scratch.get_mut(len)).await?
+            }
         }
         // The batches go after the writes in flight, if any.
         let (log_end, max_batch_bytes, last_epoch, empty) = {

@@ -21,6 +21,11 @@ pub enum IngestMode {
     /// the write (and every one before it) is done.
     #[default]
     Uring,
+    /// As `Uring`, on a ring with a kernel submission thread (SQPOLL): no
+    /// system call per write, the thread picks writes up and copies them
+    /// itself, on whichever core it runs — a core the shard does not have
+    /// on a small machine (perf/RESULTS.md compares the two).
+    UringSqpoll,
 }
 
 const PAGE_BYTES: usize = 4096;

@@ -14,7 +14,7 @@ use event_listener::Event;
 use crate::client::{Connection, ConnectionOptions, jittered_backoff};
 use crate::partition::{LastMirrorEpoch, Registry};
 
-use super::append_ring::AppendRing;
+use super::append_ring::{AppendRing, RingKind};
 use super::control::{Directive, Directives, MirrorCommand, MirrorInbox};
 use super::divergence::{PendingCheck, VerifyOutcome, VerifySource, verify_partition};
 use super::events::{ShardEventSink, StateEvent, TelemetryEvent};
@@ -594,9 +594,8 @@ impl Supervisor {
                         directives: Rc::clone(&self.directives),
                         appended: Arc::clone(&self.appended),
                         stats: Rc::clone(&self.stats),
-                        append_ring: (self.settings.get().ingest == IngestMode::Uring)
-                            .then(|| AppendRing::for_this_shard(&self.appended))
-                            .flatten(),
+                        append_ring: RingKind::of(self.settings.get().ingest)
+                            .and_then(|kind| AppendRing::for_this_shard(kind, &self.appended)),
                         interrupt: Rc::clone(&self.interrupt),
                         held: RefCell::default(),
                     };

@@ -21,9 +21,10 @@
 //! * `segment-offload` — `segment-pwrite` with the `fallocate` + `pwrite` on
 //!   a writer thread (not pinned) fed from a pool of receive buffers: how much
 //!   the page-cache write costs the receiving core once it may run elsewhere.
-//! * `mirror-1`, `mirror-2`, `mirror-1-copy`, `mirror-1-uring` — `ringmirror
-//!   run` with 1 or 2 shards (`-copy`: `ingest = "aligned_copy"`, `-uring`:
-//!   `ingest = "uring"`, else `"mmap"`) mirroring to a temporary
+//! * `mirror-1`, `mirror-2`, `mirror-1-copy`, `mirror-1-uring`,
+//!   `mirror-1-sqpoll` — `ringmirror run` with 1 or 2 shards (`-copy`:
+//!   `ingest = "aligned_copy"`, `-uring`: `ingest = "uring"`, `-sqpoll`:
+//!   `ingest = "uring_sqpoll"`, else `"mmap"`) mirroring to a temporary
 //!   data dir on disk; afterwards the segments are compared byte-for-byte
 //!   with the source. With `@baseline` (`mirror-1-copy@baseline`) the
 //!   `--baseline-ringmirror` binary runs instead: two builds side by side.
@@ -195,7 +196,7 @@ struct Args {
     /// e.g. `--log-setting prefault_bytes=1048576`.
     #[arg(long)]
     log_setting: Vec<String>,
-    /// Lag: the agent's ingest mode (`mmap`, `aligned_copy` or `uring`).
+    /// Lag: the agent's ingest mode (`mmap`, `aligned_copy`, `uring` or `uring_sqpoll`).
     #[arg(long, default_value = "mmap")]
     ingest: String,
     /// Lag: batches that became available in the first seconds are left out (agent start-up).

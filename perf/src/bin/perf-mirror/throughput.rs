@@ -86,13 +86,19 @@ impl Scenario {
                     Some(rest) => (rest, true),
                     None => (&s["mirror-".len()..], false),
                 };
-                let (shards, ingest) = match (rest.strip_suffix("-copy"), rest.strip_suffix("-uring")) {
-                    (Some(n), _) => (n, "aligned_copy"),
-                    (_, Some(n)) => (n, "uring"),
-                    _ => (rest, "mmap"),
+                let (shards, ingest) = if let Some(n) = rest.strip_suffix("-copy") {
+                    (n, "aligned_copy")
+                } else if let Some(n) = rest.strip_suffix("-uring") {
+                    (n, "uring")
+                } else if let Some(n) = rest.strip_suffix("-sqpoll") {
+                    (n, "uring_sqpoll")
+                } else {
+                    (rest, "mmap")
                 };
                 Self::Mirror {
-                    shards: shards.parse().context("mirror-<shards>[-copy|-uring][@baseline]")?,
+                    shards: shards
+                        .parse()
+                        .context("mirror-<shards>[-copy|-uring|-sqpoll][@baseline]")?,
                     ingest,
                     baseline,
                 }
@@ -119,6 +125,7 @@ impl Scenario {
                 let suffix = match *ingest {
                     "aligned_copy" => "-copy",
                     "uring" => "-uring",
+                    "uring_sqpoll" => "-sqpoll",
                     _ => "",
                 };
                 let build = if *baseline { BASELINE_SUFFIX } else { "" };
@@ -161,6 +168,9 @@ impl Scenario {
             Self::Mirror { ingest: "uring", .. } => {
                 "ringmirror run (ingest uring): recv into aligned buffer, validate, write via the shard's io_uring"
             }
+            Self::Mirror {
+                ingest: "uring_sqpoll", ..
+            } => "ringmirror run (ingest uring_sqpoll): the same through a ring with a kernel SQPOLL thread",
             Self::Mirror { .. } => "ringmirror run (ingest mmap): recv into the segment mapping, validate, commit",
             Self::Rdkafka { produce: false } => "rdkafka BaseConsumer reads every record",
             Self::Rdkafka { produce: true } => "rdkafka consumer → BaseProducer into a sink (MM2's path)",
