@@ -399,3 +399,66 @@ fn a_crash_after_a_release_recovers_every_committed_batch_and_nothing_more() {
     part.log.release_idle_reservation(now).unwrap();
     reopen(&mut part, now);
 }
+
+/// A measurement, not a check of behaviour (run it with `--ignored
+/// --nocapture`): the disk reserved by `RESERVE_MEASURE_PARTITIONS`
+/// partitions of one shard with the default settings and half the default
+/// budget (two shards) — after each wrote one small batch (idle), after
+/// each appended 2 MiB at 2 MiB/s (active), and after the idle release.
+#[test]
+#[ignore]
+fn measure_disk_reserved_by_many_partitions() {
+    let partitions: usize = std::env::var("RESERVE_MEASURE_PARTITIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LogConfig::default();
+    let budget = Arc::new(ReserveBudget::new(config.reserve_budget_bytes / 2));
+    let mut logs: Vec<PartitionLog> = (0..partitions)
+        .map(|i| {
+            let mut log = open_with(&tmp.path().join(format!("t-{i}")), T0_MS, config);
+            log.set_reserve_budget(Arc::clone(&budget)).unwrap();
+            log
+        })
+        .collect();
+    let blocks = |logs: &[PartitionLog]| -> u64 { logs.iter().map(|l| blocks_bytes(&active_file(l))).sum() };
+    let data = |logs: &[PartitionLog]| -> u64 { logs.iter().map(PartitionLog::size_bytes).sum() };
+    let report = |what: &str, logs: &[PartitionLog]| {
+        let (b, d) = (blocks(logs), data(logs));
+        println!(
+            "{partitions} partitions, {what}: {:.1} MiB of blocks for {:.1} MiB of data; {:.1} MiB ahead (budget {:.0} MiB)",
+            b as f64 / 1048576.0,
+            d as f64 / 1048576.0,
+            budget.reserved_ahead_bytes() as f64 / 1048576.0,
+            budget.budget_bytes() as f64 / 1048576.0
+        );
+        assert!(budget.reserved_ahead_bytes() <= budget.budget_bytes());
+    };
+    for log in &mut logs {
+        log.append(&batch(0, 1_000), T0_MS).unwrap();
+    }
+    report("one 1 KB batch each (idle)", &logs);
+    // 2 MiB each at 2 MiB/s: 16 appends of 128 KiB, 62 ms apart.
+    for step in 0..16u64 {
+        for log in &mut logs {
+            let offset = log.log_end_offset();
+            log.append(&batch(offset, 128 * 1024), T0_MS + 1_000 + step * 62)
+                .unwrap();
+        }
+    }
+    report("2 MiB each at 2 MiB/s (active)", &logs);
+    let later = T0_MS + 2_000 + config.reserve_release_idle_ms;
+    let released: u64 = logs
+        .iter_mut()
+        .map(|l| l.release_idle_reservation(later).unwrap())
+        .sum();
+    report(
+        &format!(
+            "idle {} s, {:.1} MiB released",
+            config.reserve_release_idle_ms / 1000,
+            released as f64 / 1048576.0
+        ),
+        &logs,
+    );
+}
