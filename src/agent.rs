@@ -19,7 +19,7 @@ use ringmirror_dataplane::partition::{
 use ringmirror_dataplane::security::AclStore;
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
 use ringmirror_dataplane::transactions::{TransactionConfig, TransactionStore};
-use ringmirror_storage::log::{LogDir, OffsetCheckpoints, TopicPartition};
+use ringmirror_storage::log::{LogDir, OffsetCheckpoints, ReserveBudget, TopicPartition};
 
 use ringmirror_control::admin::http::{AdminSecurity, AdminServer};
 use ringmirror_control::admin::{AdminAnswer, AdminCall, AdminError, AdminRequest, TopicPartitionName};
@@ -414,12 +414,15 @@ impl Agent {
         let (events_tx, events_rx) = event_queue(config.telemetry_events_queued_max, &event_counts);
         let mut shards = Vec::with_capacity(shard_count);
         let (ready_tx, ready) = std::sync::mpsc::channel();
+        // Each shard takes its share: no budget is shared between shards.
+        let reserve_budgets = ReserveBudget::per_shard(config.log.reserve_budget_bytes, shard_count);
         for (index, end) in link_ends.into_iter().enumerate() {
             let plan = ShardPlan {
                 index,
                 cpu: index % cores,
                 io_memory_bytes: io_memory,
                 log_config: config.log,
+                reserve_budget: Arc::clone(&reserve_budgets[index]),
                 listener: listener_settings.clone(),
             };
             let serving = ShardServing {
@@ -506,6 +509,7 @@ impl Agent {
                 shards: shards.iter().map(ShardHandle::commands).collect(),
                 events: coordinator_events,
                 event_counts,
+                reserve_budgets,
                 calls,
                 local_cluster_id: catalog.snapshot().identity.cluster_id.clone(),
                 listener_addr: listener_addr.map(|a| a.to_string()),

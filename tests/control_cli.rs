@@ -1241,8 +1241,10 @@ impl SmallDisk {
         let mount = dir.path().join("disk");
         std::fs::create_dir(&mount).unwrap();
         let config = write_agent_config(dir.path(), &mount.join("data"));
+        // 3 MiB free: less than the ~3 MB of filler with its indexes (the
+        // agent's own logs reserve little ahead of their data).
         let agent =
-            AgentProcess::start_on_small_disk(&config, dir.path().join("agent.log"), &mount, 32 << 10, 27 << 10);
+            AgentProcess::start_on_small_disk(&config, dir.path().join("agent.log"), &mount, 32 << 10, 29 << 10);
         Self {
             agent,
             mount,

@@ -43,7 +43,7 @@ use ringmirror_dataplane::kafka::ListenerSettings;
 use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle, ProducerIds, ServerIdentity, ShardLinks};
 use ringmirror_dataplane::security::AclStore;
 use ringmirror_dataplane::shard::{ShardCommand, ShardHandle, ShardPlan, ShardServing, spawn_shard};
-use ringmirror_storage::log::{LogConfig, LogDir, TopicPartition};
+use ringmirror_storage::log::{LogConfig, LogDir, ReserveBudget, TopicPartition};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Small enough for a low RLIMIT_MEMLOCK.
@@ -108,6 +108,7 @@ impl Listener {
                 cpu: 0,
                 io_memory_bytes: IO_MEMORY_BYTES,
                 log_config: LogConfig::default(),
+                reserve_budget: Arc::new(ReserveBudget::new(LogConfig::default().reserve_budget_bytes)),
                 listener: Some(ListenerSettings::new(addr)),
             },
             Arc::new(log_dir),

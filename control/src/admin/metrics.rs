@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use crate::admin::{MetricsSnapshot, MirrorMetrics, PartitionMetrics};
+use crate::admin::{MetricsSnapshot, MirrorMetrics, PartitionMetrics, ShardStorageMetrics};
 use crate::state::MirrorPartitionState;
 
 /// The `Content-Type` of [`render`]'s output.
@@ -154,7 +154,46 @@ pub fn render(snapshot: &MetricsSnapshot) -> String {
             events.state_queued as f64,
         );
     }
+    shard_storage_families(&mut out, &snapshot.shard_storage);
     out
+}
+
+/// Per shard (label `shard`): the disk its active segments hold reserved
+/// ahead of their data, its budget for that, and what idle partitions gave back.
+fn shard_storage_families(out: &mut String, shards: &[ShardStorageMetrics]) {
+    type ShardFamily = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&ShardStorageMetrics) -> u64,
+    );
+    let families: [ShardFamily; 3] = [
+        (
+            "ringmirror_shard_disk_reserved_ahead_bytes",
+            "gauge",
+            "Disk the shard's active segments hold reserved (fallocate) ahead of their data and writes in flight.",
+            |s| s.reserved_ahead_bytes,
+        ),
+        (
+            "ringmirror_shard_disk_reserve_budget_bytes",
+            "gauge",
+            "The shard's budget of disk reserved ahead of data (its share of reserve_budget_bytes).",
+            |s| s.reserve_budget_bytes,
+        ),
+        (
+            "ringmirror_shard_disk_reserve_released_bytes_total",
+            "counter",
+            "Reserved disk that idle partitions gave back to the file system.",
+            |s| s.reserve_released_bytes,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        header(out, name, kind, help);
+        for s in shards {
+            let labels = labels(&[("shard", &s.shard.to_string())]);
+            sample(out, name, &labels, value(s) as f64);
+        }
+    }
 }
 
 fn mirror_families(out: &mut String, mirrors: &[MirrorMetrics]) {
@@ -350,6 +389,20 @@ mod tests {
                 telemetry_dropped: 9,
                 state_queued: 2,
             }),
+            shard_storage: vec![
+                ShardStorageMetrics {
+                    shard: 0,
+                    reserved_ahead_bytes: 65_536,
+                    reserve_budget_bytes: 536_870_912,
+                    reserve_released_bytes: 4096,
+                },
+                ShardStorageMetrics {
+                    shard: 1,
+                    reserved_ahead_bytes: 0,
+                    reserve_budget_bytes: 536_870_912,
+                    reserve_released_bytes: 0,
+                },
+            ],
         }
     }
 
@@ -389,6 +442,12 @@ mod tests {
             r#"ringmirror_mirror_topic_deletions_pending{mirror="dr"} 2"#.to_owned(),
             "# TYPE ringmirror_mirror_topic_recreations_total counter".to_owned(),
             r#"ringmirror_mirror_topic_recreations_total{mirror="dr"} 3"#.to_owned(),
+            "# TYPE ringmirror_shard_disk_reserved_ahead_bytes gauge".to_owned(),
+            r#"ringmirror_shard_disk_reserved_ahead_bytes{shard="0"} 65536"#.to_owned(),
+            r#"ringmirror_shard_disk_reserved_ahead_bytes{shard="1"} 0"#.to_owned(),
+            r#"ringmirror_shard_disk_reserve_budget_bytes{shard="1"} 536870912"#.to_owned(),
+            "# TYPE ringmirror_shard_disk_reserve_released_bytes_total counter".to_owned(),
+            r#"ringmirror_shard_disk_reserve_released_bytes_total{shard="0"} 4096"#.to_owned(),
         ] {
             assert!(lines.contains(expected.as_str()), "missing {expected:?} in:\n{text}");
         }

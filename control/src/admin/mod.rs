@@ -311,6 +311,22 @@ pub struct MetricsSnapshot {
     /// The agent's event queues (`None`: not measured, nothing rendered).
     #[serde(default)]
     pub shard_events: Option<ShardEventMetrics>,
+    /// Each shard's disk reserved ahead of its logs' data.
+    #[serde(default)]
+    pub shard_storage: Vec<ShardStorageMetrics>,
+}
+
+/// One shard's disk reserved ahead of its partitions' data, and its budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStorageMetrics {
+    pub shard: usize,
+    /// What the shard's active segments hold reserved (fallocate) ahead of
+    /// their data and writes in flight.
+    pub reserved_ahead_bytes: u64,
+    /// The shard's share of `reserve_budget_bytes`.
+    pub reserve_budget_bytes: u64,
+    /// Reserved bytes idle partitions gave back, since start.
+    pub reserve_released_bytes: u64,
 }
 
 /// The agent's queues of shard events (shards → control plane).

@@ -35,7 +35,7 @@ use ringmirror_dataplane::fetch::{FetchStats, ShardEvent, ShardEventCounts, Shar
 use ringmirror_dataplane::partition::{CatalogHandle, MirrorReportsHandle};
 use ringmirror_dataplane::shard::ShardCommand;
 use ringmirror_protocol::sasl::SaslClientConfig;
-use ringmirror_storage::log::TopicPartition;
+use ringmirror_storage::log::{ReserveBudget, TopicPartition};
 
 use crate::admin::{AdminCall, AdminError, PartitionEvent, VerifyJob};
 use crate::metadata_sync::deletion::DeletionChecks;
@@ -104,6 +104,9 @@ pub struct CoordinatorSetup {
     /// queues count (for `/metrics`).
     pub events: ShardEventReceiver,
     pub event_counts: ShardEventCounts,
+    /// Each shard's budget of disk reserved ahead of its logs' data, in
+    /// shard order (read for `/metrics`; only its shard changes it).
+    pub reserve_budgets: Vec<Arc<ReserveBudget>>,
     pub calls: async_channel::Receiver<AdminCall>,
     /// Our cluster id (sent with last-mirror-epoch lookups).
     pub local_cluster_id: String,
@@ -149,6 +152,7 @@ impl MirrorCoordinator {
                     shards,
                     events,
                     event_counts,
+                    reserve_budgets,
                     calls,
                     local_cluster_id,
                     listener_addr,
@@ -173,6 +177,7 @@ impl MirrorCoordinator {
                     catalog,
                     reports_dirty: true,
                     event_counts,
+                    reserve_budgets,
                 };
                 core.load(configured_mirrors);
                 core.run(events, calls, stop_flag, first_round).await;
@@ -285,6 +290,7 @@ struct Core {
     catalog: Arc<CatalogHandle>,
     reports_dirty: bool,
     event_counts: ShardEventCounts,
+    reserve_budgets: Vec<Arc<ReserveBudget>>,
 }
 
 fn internal(e: impl std::fmt::Display) -> AdminError {

@@ -10,7 +10,7 @@ use ringmirror_dataplane::partition::{LastMirrorEpoch, MirrorReport, MirrorRepor
 use super::{Core, Partition};
 use crate::admin::{
     AdminError, MetricsSnapshot, MirrorDescription, MirrorMetrics, MirrorSummary, PartitionMetrics, PartitionView,
-    ShardEventMetrics,
+    ShardEventMetrics, ShardStorageMetrics,
 };
 use crate::metadata_sync::acl_sync::AclSyncReport;
 use crate::metadata_sync::deletion;
@@ -189,6 +189,17 @@ impl Core {
                 telemetry_dropped: self.event_counts.telemetry_dropped(),
                 state_queued: self.event_counts.state_queued() as u64,
             }),
+            shard_storage: self
+                .reserve_budgets
+                .iter()
+                .enumerate()
+                .map(|(shard, budget)| ShardStorageMetrics {
+                    shard,
+                    reserved_ahead_bytes: budget.reserved_ahead_bytes(),
+                    reserve_budget_bytes: budget.budget_bytes(),
+                    reserve_released_bytes: budget.released_bytes_total(),
+                })
+                .collect(),
         }
     }
 }

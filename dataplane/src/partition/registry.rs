@@ -24,7 +24,9 @@ use glommio::net::AcceptedTcpStream;
 use super::catalog::CatalogHandle;
 use super::producer_ids::ProducerIds;
 use ringmirror_storage::clock::now_ms;
-use ringmirror_storage::log::{LogConfig, LogDir, PartitionLog, TopicPartition};
+use ringmirror_storage::log::{
+    LogConfig, LogDir, LogError, PartitionLog, RecoveryReport, ReserveBudget, TopicPartition,
+};
 use ringmirror_storage::topic_config::{self, TopicConfigMap};
 
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
@@ -78,6 +80,9 @@ pub struct Registry {
     /// Where new (local) partitions are created, and with which settings.
     log_dir: Arc<LogDir>,
     log_config: LogConfig,
+    /// The shard's share of the disk its logs may reserve ahead of their
+    /// data (every log opened here takes from it; `/metrics` reads it).
+    reserve_budget: Arc<ReserveBudget>,
     producer_ids: Arc<ProducerIds>,
     /// The shard's services that rooms above this one attach when the
     /// shard starts (its group and transaction coordinators), found by
@@ -149,6 +154,7 @@ impl Registry {
         catalog: Arc<CatalogHandle>,
         log_dir: Arc<LogDir>,
         log_config: LogConfig,
+        reserve_budget: Arc<ReserveBudget>,
         producer_ids: Arc<ProducerIds>,
     ) -> Rc<Self> {
         Rc::new(Self {
@@ -158,6 +164,7 @@ impl Registry {
             catalog,
             log_dir,
             log_config,
+            reserve_budget,
             producer_ids,
             services: RefCell::new(Vec::new()),
             links: std::cell::OnceCell::new(),
@@ -200,6 +207,23 @@ impl Registry {
         self.log_dir.path()
     }
 
+    /// Opens (recovering if need be) a partition's log with the shard's
+    /// settings, its reserved room held against the shard's budget.
+    pub fn open_log(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Option<[u8; 16]>,
+    ) -> Result<(PartitionLog, RecoveryReport), LogError> {
+        let (mut log, report) = self.log_dir.open_partition(tp, topic_id, self.log_config, now_ms())?;
+        log.set_reserve_budget(Arc::clone(&self.reserve_budget))?;
+        Ok((log, report))
+    }
+
+    /// The shard's budget of disk reserved ahead of its logs' data.
+    pub fn reserve_budget(&self) -> &Arc<ReserveBudget> {
+        &self.reserve_budget
+    }
+
     /// The agent-wide producer id allocator.
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
@@ -224,10 +248,7 @@ impl Registry {
         if self.get(tp).is_some() {
             return Err(format!("{tp} already exists"));
         }
-        let (log, _) = self
-            .log_dir
-            .open_partition(tp, Some(topic_id), self.log_config, now_ms())
-            .map_err(|e| e.to_string())?;
+        let (log, _) = self.open_log(tp, Some(topic_id)).map_err(|e| e.to_string())?;
         write_marker(
             &self.log_dir.partition_dir(tp),
             LOCAL_TOPIC_MARKER,
@@ -478,7 +499,42 @@ pub async fn run_log_cleaner(registry: Rc<Registry>) {
     }
 }
 
+/// The shard's release of reserved disk: every half of
+/// `reserve_release_idle_ms`, each partition that appended nothing for
+/// that long gives the room its active segment reserved ahead of its data
+/// back to the file system and to the shard's budget.
+pub async fn run_reserve_release(registry: Rc<Registry>) {
+    let interval = Duration::from_millis((registry.log_config.reserve_release_idle_ms / 2).max(1));
+    loop {
+        glommio::timer::sleep(interval).await;
+        registry.release_idle_reservations(now_ms());
+    }
+}
+
 impl Registry {
+    /// Releases the room idle partitions reserved ahead of their data (see
+    /// `PartitionLog::release_idle_reservation`: the room of writes in
+    /// flight stays). A log in use — the mmap ingest receiving into its
+    /// tail — is left for the next pass. Returns the bytes released.
+    pub fn release_idle_reservations(&self, now_ms: u64) -> u64 {
+        let mut released = 0;
+        for (tp, partition) in self.partitions.borrow().iter() {
+            let Ok(mut log) = partition.log.try_borrow_mut() else {
+                continue;
+            };
+            match log.release_idle_reservation(now_ms) {
+                Ok(bytes) => released += bytes,
+                Err(e) => {
+                    tracing::warn!(shard = self.shard, partition = %tp, error = %e, "releasing reserved disk failed");
+                }
+            }
+        }
+        if released > 0 {
+            tracing::debug!(shard = self.shard, released, "idle partitions released reserved disk");
+        }
+        released
+    }
+
     /// Applies retention (time and size, the log's settings or the topic's
     /// synced `retention.ms`/`retention.bytes`) to local partitions whose
     /// cleanup policy deletes. Mirrored partitions follow their source's log
@@ -603,5 +659,97 @@ impl ShardAccess {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
+
+    use super::*;
+    use crate::partition::ServerIdentity;
+
+    fn active_blocks_bytes(log: &PartitionLog) -> u64 {
+        let base = *log.segment_base_offsets().last().unwrap();
+        let path = log.dir().join(format!("{base:020}.log"));
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    /// The shard's housekeeping pass: a log opened on the shard holds its
+    /// room against the shard's budget; once idle for the bound its blocks
+    /// go back, except a log in use (the mmap ingest receiving into it),
+    /// left for a later pass.
+    #[test]
+    fn idle_partitions_give_their_reserved_blocks_back_unless_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = Arc::new(ReserveBudget::new(1 << 30));
+        let config = LogConfig::default();
+        let registry = Registry::new(
+            0,
+            Arc::new(Event::new()),
+            CatalogHandle::new(ServerIdentity::default()),
+            Arc::new(LogDir::open(dir.path().join("data")).unwrap()),
+            config,
+            Arc::clone(&budget),
+            Arc::new(ProducerIds::open(dir.path().join("state")).unwrap()),
+        );
+        let tps = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+        for tp in &tps {
+            registry.create_local(tp, [7; 16], &TopicConfigMap::default()).unwrap();
+        }
+        let appended_at = now_ms();
+        let mut before = Vec::new();
+        for tp in &tps {
+            let served = registry.get(tp).unwrap();
+            let mut log = served.log.borrow_mut();
+            let records = vec![BuildRecord {
+                timestamp: 1,
+                value: Some(vec![1; 10_000]),
+                ..Default::default()
+            }];
+            log.append(
+                &BatchBuilder {
+                    records,
+                    ..Default::default()
+                }
+                .build(),
+                appended_at,
+            )
+            .unwrap();
+            before.push(active_blocks_bytes(&log));
+            assert!(
+                before.last().unwrap() - log.size_bytes() >= 32 * 1024,
+                "room reserved ahead"
+            );
+        }
+        assert!(
+            budget.reserved_ahead_bytes() >= 64 * 1024,
+            "held against the shard's budget"
+        );
+
+        assert_eq!(
+            registry.release_idle_reservations(appended_at + 1_000),
+            0,
+            "not idle yet"
+        );
+        let in_use = registry.get(&tps[1]).unwrap();
+        let borrowed = in_use.log.borrow_mut();
+        let released = registry.release_idle_reservations(appended_at + config.reserve_release_idle_ms);
+        assert!(released >= 32 * 1024, "released {released}");
+        drop(borrowed);
+        let after: Vec<u64> = tps
+            .iter()
+            .map(|tp| active_blocks_bytes(&registry.get(tp).unwrap().log.borrow()))
+            .collect();
+        assert_eq!(before[0] - after[0], released, "the idle log's blocks went back");
+        assert_eq!(after[1], before[1], "the log in use kept its room");
+        assert!(budget.reserved_ahead_bytes() > 0 && budget.released_bytes_total() == released);
+
+        // The next pass takes the other one.
+        let later = appended_at + 2 * config.reserve_release_idle_ms;
+        assert!(registry.release_idle_reservations(later) > 0);
+        assert_eq!(budget.reserved_ahead_bytes(), 0);
     }
 }

@@ -27,8 +27,7 @@ use crate::partition::{
     ShardLinkEnd, ShardLinks, run_jobs,
 };
 use crate::security::AclStore;
-use ringmirror_storage::clock::now_ms;
-use ringmirror_storage::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, TopicPartition};
+use ringmirror_storage::log::{EndedMirroring, LogConfig, LogDir, MirrorSource, ReserveBudget, TopicPartition};
 
 /// What one shard starts with.
 #[derive(Debug, Clone)]
@@ -40,6 +39,9 @@ pub struct ShardPlan {
     /// RLIMIT_MEMLOCK for non-root users).
     pub io_memory_bytes: usize,
     pub log_config: LogConfig,
+    /// The shard's share of `reserve_budget_bytes` (see
+    /// [`ReserveBudget::per_shard`]).
+    pub reserve_budget: Arc<ReserveBudget>,
     /// Where clients connect (every shard accepts on the same port).
     pub listener: Option<ListenerSettings>,
 }
@@ -217,10 +219,12 @@ pub fn spawn_shard(
                 serving.catalog,
                 Arc::clone(&log_dir),
                 plan.log_config,
+                plan.reserve_budget,
                 serving.producer_ids,
             );
             glommio::spawn_local(run_jobs(Rc::clone(&registry), serving.end.jobs)).detach();
             glommio::spawn_local(crate::partition::registry::run_log_cleaner(Rc::clone(&registry))).detach();
+            glommio::spawn_local(crate::partition::registry::run_reserve_release(Rc::clone(&registry))).detach();
             if let Some(settings) = plan.listener {
                 // Groups are reached only through the listener.
                 crate::kafka::groups::start(&registry, settings.groups);
@@ -281,7 +285,6 @@ pub fn spawn_shard(
                 index,
                 log_dir,
                 events,
-                log_config: plan.log_config,
                 mirrors: HashMap::new(),
                 registry,
                 serve_tasks,
@@ -302,7 +305,6 @@ struct Shard {
     index: usize,
     log_dir: Arc<LogDir>,
     events: ShardEventSink,
-    log_config: LogConfig,
     mirrors: HashMap<String, MirrorTask>,
     registry: Rc<Registry>,
     serve_tasks: Rc<ServeTasks>,
@@ -403,13 +405,10 @@ impl Shard {
         topic_id: Option<[u8; 16]>,
         mirror: Option<String>,
     ) -> Result<Rc<ServedPartition>, String> {
-        let (log, report) = self
-            .log_dir
-            .open_partition(tp, topic_id, self.log_config, now_ms())
-            .map_err(|e| {
-                tracing::error!(shard = self.index, partition = %tp, error = %e, "cannot open partition log");
-                format!("open log: {e}")
-            })?;
+        let (log, report) = self.registry.open_log(tp, topic_id).map_err(|e| {
+            tracing::error!(shard = self.index, partition = %tp, error = %e, "cannot open partition log");
+            format!("open log: {e}")
+        })?;
         if report.scanned_from_offset.is_some() {
             tracing::info!(partition = %tp, ?report, "recovered partition log");
         }

@@ -109,9 +109,9 @@ impl PartitionLog {
             });
         }
         let config = self.config;
-        let active = self.active_mut();
+        let (active, plan) = self.active_with_plan(now_ms);
         let position = active.size() + pending;
-        active.reserve_write(position, len, &config)?;
+        active.reserve_write(position, len, &config, &plan)?;
         let file = Arc::clone(active.file());
         let seq = self.writes.next_seq;
         self.writes.next_seq += 1;
@@ -209,6 +209,11 @@ impl PartitionLog {
     /// abandons those after it).
     pub fn write_is_pending(&self, seq: u64) -> bool {
         self.writes.writes.iter().any(|w| w.seq == seq)
+    }
+
+    /// Bytes of the writes in flight (their room is needed, not ahead).
+    pub(super) fn writes_in_flight_bytes(&self) -> u64 {
+        self.writes.bytes
     }
 
     pub(super) fn check_no_writes_in_flight(&self) -> Result<()> {

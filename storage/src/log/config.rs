@@ -31,12 +31,24 @@ pub struct LogConfig {
     pub flush_ms: u64,
     /// The largest batch accepted (framing bound against lying lengths).
     pub max_batch_bytes: u32,
-    /// Disk space reserved ahead of the write position with fallocate, so a
-    /// full disk is an error on reservation rather than a SIGBUS on write.
+    /// The most disk space reserved ahead of the write position with
+    /// fallocate (so a full disk is an error on reservation rather than a
+    /// SIGBUS on write): the ceiling of a partition's step, which follows
+    /// its recent append rate (see `log/reserve.rs`).
     pub preallocate_bytes: u64,
     /// Pages faulted in (MADV_POPULATE_WRITE) ahead of the write position,
     /// when receiving straight into the mapping; 0 turns pre-faulting off.
+    /// Never beyond the room reserved, so it follows the same step and budget.
     pub prefault_bytes: u64,
+    /// The agent's budget of disk reserved ahead of its partitions' data,
+    /// split evenly across shards: once a shard's share is spent, writes
+    /// get exactly the room they need (never refused nor delayed for it).
+    /// Agent-wide, read by the agent when it starts its shards.
+    pub reserve_budget_bytes: u64,
+    /// A partition that appended nothing for this long gives its room
+    /// reserved ahead of its data back to the file system (checked by each
+    /// shard every half of it).
+    pub reserve_release_idle_ms: u64,
     /// `cleanup.policy`: `compact` turns the log cleaner on for local
     /// topics (mirrored partitions follow their source byte for byte).
     pub cleanup_policy: CleanupPolicy,
@@ -83,6 +95,11 @@ impl Default for LogConfig {
             max_batch_bytes: 64 * 1024 * 1024,
             preallocate_bytes: 16 * 1024 * 1024,
             prefault_bytes: 8 * 1024 * 1024,
+            // 64 partitions at the full 16 MiB step, or 16 384 at the
+            // 64 KiB floor: ~2 % of a 60 GB disk, where 16 MiB for each
+            // of 10 000 partitions asked for 156 GiB.
+            reserve_budget_bytes: 1 << 30,
+            reserve_release_idle_ms: 30_000,
             cleanup_policy: CleanupPolicy::Delete,
             delete_retention_ms: 86_400_000,
             min_cleanable_dirty_ratio: 0.5,

@@ -32,6 +32,7 @@ mod partition_log;
 mod produce;
 mod producer_state;
 mod provenance;
+mod reserve;
 mod segment;
 mod txn_index;
 
@@ -47,4 +48,5 @@ pub use partition_log::{AppendInfo, OpenOptions, PartitionLog, ReadSlice, Recove
 pub use produce::{ProduceError, Produced};
 pub use producer_state::{ProducerEntry, ProducerState};
 pub use provenance::{MirrorSource, Provenance};
+pub use reserve::{RESERVE_HORIZON_MS, RESERVE_STEP_BYTES_MIN, ReserveBudget, reserve_step_bytes};
 pub use txn_index::AbortedTxn;

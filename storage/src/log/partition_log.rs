@@ -25,6 +25,7 @@ use super::error::{LogError, Result};
 use super::files::{LOG_SUFFIX, fsync_dir, list_offset_files, remove_if_exists};
 use super::producer_state::{BatchFacts, ProducerState};
 use super::provenance::Provenance;
+use super::reserve::{AppendRate, ReserveBudget, ReservePlan, reserve_step_bytes};
 use super::segment::Segment;
 use super::txn_index::AbortedTxn;
 
@@ -147,6 +148,11 @@ pub struct PartitionLog {
     /// Writes handed out by [`PartitionLog::begin_write`] whose bytes are
     /// not known to be in the file yet.
     pub(super) writes: InFlightWrites,
+    /// Where the room reserved ahead of the data comes from (the shard's
+    /// budget once attached; until then one step of the log's own), and
+    /// the append rate its step follows.
+    reserve_budget: Arc<ReserveBudget>,
+    append_rate: AppendRate,
 }
 
 impl PartitionLog {
@@ -177,6 +183,8 @@ impl PartitionLog {
             first_dirty_offset: opts.log_start_offset.max(0),
             provenance,
             writes: InFlightWrites::default(),
+            reserve_budget: Arc::new(ReserveBudget::new(opts.config.preallocate_bytes)),
+            append_rate: AppendRate::since(opts.now_ms),
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -248,6 +256,60 @@ impl PartitionLog {
             .values_mut()
             .next_back()
             .expect("a log always has an active segment")
+    }
+
+    /// The active segment, and what a write into it may reserve ahead at
+    /// `now_ms`: the step for the log's recent rate, from its budget.
+    pub(super) fn active_with_plan(&mut self, now_ms: u64) -> (&mut Segment, ReservePlan<'_>) {
+        let plan = ReservePlan {
+            budget: &self.reserve_budget,
+            step_bytes: reserve_step_bytes(self.append_rate.bytes_per_s(now_ms), self.config.preallocate_bytes),
+        };
+        let active = self
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment");
+        (active, plan)
+    }
+
+    /// Takes the room reserved ahead of the data from `budget` from now on
+    /// (the shard's, once the log is opened on it). Room the active
+    /// segment already holds (from before an unclean stop) is held against
+    /// it as far as it grants, and the rest released. Returns the bytes
+    /// released.
+    pub fn set_reserve_budget(&mut self, budget: Arc<ReserveBudget>) -> Result<u64> {
+        let keep_end = self.active().size() + self.writes_in_flight_bytes();
+        let released = self.active_mut().move_reservation_to(&budget, keep_end)?;
+        budget.count_released(released);
+        self.reserve_budget = budget;
+        Ok(released)
+    }
+
+    /// When nothing was appended for `reserve_release_idle_ms` (or since
+    /// the log was opened), gives the room the active segment has reserved
+    /// past its data and the writes in flight back to the file system (see
+    /// [`Segment::release_ahead`]) and to the budget. Returns the bytes
+    /// released.
+    pub fn release_idle_reservation(&mut self, now_ms: u64) -> Result<u64> {
+        if self.append_rate.idle_ms(now_ms) < self.config.reserve_release_idle_ms {
+            return Ok(0);
+        }
+        let keep_end = self.active().size() + self.writes_in_flight_bytes();
+        let released = self.active_mut().release_ahead(keep_end)?;
+        self.reserve_budget.count_released(released);
+        Ok(released)
+    }
+
+    /// The active segment file's reserved length: its data, the writes in
+    /// flight and the room reserved ahead of them.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.active().reserved_bytes()
+    }
+
+    /// What the active segment holds ahead of its writes, from the budget.
+    pub fn reserved_ahead_bytes(&self) -> u64 {
+        self.active().reserved_ahead_bytes()
     }
 
     /// Re-validates every segment from `from_base` on, rebuilding indexes,
@@ -488,6 +550,7 @@ impl PartitionLog {
     /// Everything but the bytes for a batch now written at the active
     /// segment's tail: indexes, epochs, producer state, log end.
     fn commit_facts(&mut self, facts: &BatchFacts, epoch: i32, size: u64, records: i32, now_ms: u64) -> Result<()> {
+        self.append_rate.record(size, now_ms);
         let mut segment = self.segments.pop_last().expect("active exists").1;
         segment.first_append_ms.get_or_insert(now_ms);
         let result = self.apply_batch_state(&mut segment, facts, epoch, size, records);
@@ -553,7 +616,8 @@ impl PartitionLog {
                 run += b.size_bytes();
             }
             let config = self.config;
-            self.active_mut().write_tail(&rest[..run], &config)?;
+            let (active, plan) = self.active_with_plan(now_ms);
+            active.write_tail(&rest[..run], &config, &plan)?;
             self.commit_written(&rest[..run], &mut info, now_ms)?;
             pos += run;
         }
@@ -605,7 +669,8 @@ impl PartitionLog {
             self.roll(self.next_offset)?;
         }
         let config = self.config;
-        self.active_mut().tail_mut(len, &config)
+        let (active, plan) = self.active_with_plan(now_ms);
+        active.tail_mut(len, &config, &plan)
     }
 
     /// Commits the first `len` of the `received` bytes written at the tail

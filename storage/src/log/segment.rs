@@ -5,8 +5,11 @@
 //! position with `fallocate` (so a full disk is an `ENOSPC` from a syscall,
 //! never a SIGBUS from a store into the mapping) and page tables are
 //! populated ahead with `MADV_POPULATE_WRITE` (so appends do not stall on
-//! page faults). Sealed segments are trimmed to their data and mapped
-//! read-only. Only `size` bytes of whole, committed batches are ever read.
+//! page faults), both by a step that follows the partition's rate, from
+//! its shard's budget (`reserve.rs`). The active file's length is always
+//! what is reserved: every byte below it has its blocks. Sealed segments
+//! are trimmed to their data and mapped read-only. Only `size` bytes of
+//! whole, committed batches are ever read.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -22,6 +25,7 @@ use super::files::{
     INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_file, remove_if_exists, reserve_blocks,
 };
 use super::index::{OffsetIndex, TimeIndex};
+use super::reserve::{Reservation, ReserveBudget, ReservePlan};
 use super::txn_index::TxnIndex;
 
 const PAGE_BYTES: u64 = 4096;
@@ -56,6 +60,9 @@ pub(crate) struct Segment {
     pub(crate) next_offset: i64,
     /// Wall-clock time of the first append since this process opened it.
     pub(crate) first_append_ms: Option<u64>,
+    /// Of the active segment's reserved room, what lies ahead of the end
+    /// its writes needed, granted from the shard's budget.
+    ahead: Option<Reservation>,
 }
 
 /// The most index entries (in each of `.index` and `.timeindex`) that
@@ -126,6 +133,7 @@ impl Segment {
             offset_of_max_timestamp: -1,
             next_offset: base_offset,
             first_append_ms: None,
+            ahead: None,
         };
         if let Some((ts, offset)) = segment.time_index.last_entry() {
             segment.max_timestamp = ts;
@@ -157,6 +165,7 @@ impl Segment {
 
     fn map_sealed(&mut self, len: u64) -> Result<()> {
         self.data = SegmentData::Sealed { map: None };
+        self.ahead = None;
         if len > 0 {
             // SAFETY: sealed segments are not written; truncation remaps first.
             let map = unsafe { MmapOptions::new().len(len as usize).map(&*self.file) }
@@ -201,10 +210,12 @@ impl Segment {
     }
 
     /// Makes [0, end) of the active segment writable: the mapping covers it
-    /// and disk blocks are reserved (fallocate, in `preallocate_bytes`
-    /// steps). With `populate`, page tables are also faulted in ahead, for
-    /// stores through the mapping.
-    fn reserve_to(&mut self, end: u64, config: &LogConfig, populate_pages: bool) -> Result<()> {
+    /// and disk blocks are reserved (fallocate). Past `end`, page-rounded,
+    /// up to the plan's step more is reserved, as far as the budget grants
+    /// it; a full disk that leaves no room for the step still leaves the
+    /// room `end` needs. With `populate`, page tables are also faulted in
+    /// ahead, never past the reserved room, for stores through the mapping.
+    fn reserve_to(&mut self, end: u64, config: &LogConfig, populate_pages: bool, plan: &ReservePlan) -> Result<()> {
         let needs_remap = matches!(&self.data, SegmentData::Active { map, .. } if end > map.len() as u64);
         if needs_remap {
             let allocated = match self.data {
@@ -231,13 +242,28 @@ impl Segment {
         let entries_max = index_entries_max(end.saturating_sub(self.size), config);
         self.index.reserve_entries(entries_max)?;
         self.time_index.reserve_entries(entries_max)?;
+        // The mapping's length is whole pages, so `needed` covers `end`.
+        let needed = page_round_up(end).min(map_len);
         if end > *allocated {
-            let target = page_round_up(end.max(*allocated + config.preallocate_bytes)).min(map_len);
-            reserve(&self.file, &self.log_path, *allocated, target)?;
-            *allocated = target;
+            // What was held ahead is used up: the room ahead is granted afresh.
+            self.ahead = None;
+            let mut ahead = Reservation::take(plan.budget, plan.step_bytes.min(map_len - needed));
+            if let Err(e) = reserve(&self.file, &self.log_path, *allocated, needed + ahead.bytes()) {
+                if ahead.bytes() == 0 || !e.is_disk_full() {
+                    return Err(e);
+                }
+                ahead.shrink_to(0);
+                reserve(&self.file, &self.log_path, *allocated, needed)?;
+            }
+            *allocated = needed + ahead.bytes();
+            self.ahead = Some(ahead);
+        } else if let Some(ahead) = &mut self.ahead {
+            // The writes moved into the room held ahead: that much goes back.
+            ahead.shrink_to(allocated.saturating_sub(needed));
         }
         if populate_pages && config.prefault_bytes > 0 && end > *populated {
-            let target = page_round_up(end.max(*populated + config.prefault_bytes)).min(*allocated);
+            let step = config.prefault_bytes.min(plan.step_bytes);
+            let target = page_round_up(end.max(*populated + step)).min(*allocated);
             populate(map, *populated, target);
             *populated = target - target % PAGE_BYTES;
         }
@@ -246,9 +272,9 @@ impl Segment {
 
     /// Reserves and pre-faults room for `len` more bytes and returns them,
     /// for receiving straight into the mapping.
-    pub(crate) fn tail_mut(&mut self, len: usize, config: &LogConfig) -> Result<&mut [u8]> {
+    pub(crate) fn tail_mut(&mut self, len: usize, config: &LogConfig, plan: &ReservePlan) -> Result<&mut [u8]> {
         let end = self.size + len as u64;
-        self.reserve_to(end, config, true)?;
+        self.reserve_to(end, config, true, plan)?;
         let SegmentData::Active { map, .. } = &mut self.data else {
             unreachable!("reserved above")
         };
@@ -260,9 +286,9 @@ impl Segment {
     /// that a first store through the mapping costs (perf/RESULTS.md: more
     /// than half of the agent's CPU); the space is still reserved first, so
     /// a full disk is an error here, not a SIGBUS later.
-    pub(crate) fn write_tail(&mut self, bytes: &[u8], config: &LogConfig) -> Result<()> {
+    pub(crate) fn write_tail(&mut self, bytes: &[u8], config: &LogConfig, plan: &ReservePlan) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.reserve_to(self.size + bytes.len() as u64, config, false)?;
+        self.reserve_to(self.size + bytes.len() as u64, config, false, plan)?;
         self.file
             .write_all_at(bytes, self.size)
             .map_err(LogError::io("write", &self.log_path))
@@ -270,9 +296,81 @@ impl Segment {
 
     /// Reserves disk (and index room) for `len` bytes at `position`, at
     /// or after the committed end, for a write that someone else carries out.
-    pub(crate) fn reserve_write(&mut self, position: u64, len: u64, config: &LogConfig) -> Result<()> {
+    pub(crate) fn reserve_write(
+        &mut self,
+        position: u64,
+        len: u64,
+        config: &LogConfig,
+        plan: &ReservePlan,
+    ) -> Result<()> {
         debug_assert!(position >= self.size);
-        self.reserve_to(position + len, config, false)
+        self.reserve_to(position + len, config, false, plan)
+    }
+
+    /// The active file's reserved length (0 for a sealed segment).
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        match self.data {
+            SegmentData::Active { allocated, .. } => allocated,
+            SegmentData::Sealed { .. } => 0,
+        }
+    }
+
+    /// What the segment holds ahead, granted from its budget.
+    pub(crate) fn reserved_ahead_bytes(&self) -> u64 {
+        self.ahead.as_ref().map_or(0, Reservation::bytes)
+    }
+
+    /// Gives the room reserved past `keep_end` (page-rounded up; at or past
+    /// the committed data and every write in flight) back to the file
+    /// system and the budget. Returns the bytes released.
+    ///
+    /// The file is cut there (ftruncate), rather than a hole punched
+    /// (PUNCH_HOLE | KEEP_SIZE), because the active file's length is what
+    /// is reserved: [`reserve_to`](Self::reserve_to) extends from it, and a
+    /// store through the mapping below it must never meet a page without
+    /// blocks (a SIGBUS on a full disk). A hole would break that; a shorter
+    /// file keeps it, and recovery, which reads the file to its length,
+    /// finds the data and zeros after it, as after any reservation.
+    pub(crate) fn release_ahead(&mut self, keep_end: u64) -> Result<u64> {
+        debug_assert!(keep_end >= self.size);
+        let SegmentData::Active {
+            allocated, populated, ..
+        } = &mut self.data
+        else {
+            return Ok(0);
+        };
+        let keep = page_round_up(keep_end.max(self.size));
+        if keep >= *allocated {
+            return Ok(0);
+        }
+        self.file
+            .set_len(keep)
+            .map_err(LogError::io("release reserved room", &self.log_path))?;
+        let released = *allocated - keep;
+        *allocated = keep;
+        *populated = (*populated).min(keep);
+        self.ahead = None;
+        Ok(released)
+    }
+
+    /// Holds what the active segment has reserved past `keep_end` against
+    /// `budget` instead (a log attached to its shard's budget after it was
+    /// opened, holding room from before a crash): as much as the budget
+    /// grants, the rest released. Returns the bytes released.
+    pub(crate) fn move_reservation_to(&mut self, budget: &Arc<ReserveBudget>, keep_end: u64) -> Result<u64> {
+        let reserved = self.reserved_bytes();
+        self.ahead = None;
+        let keep = page_round_up(keep_end.max(self.size));
+        let ahead = Reservation::take(budget, reserved.saturating_sub(keep));
+        let released = if keep + ahead.bytes() < reserved {
+            self.release_ahead(keep + ahead.bytes())?
+        } else {
+            0
+        };
+        if reserved > 0 {
+            self.ahead = Some(ahead);
+        }
+        Ok(released)
     }
 
     /// Zeroes [from, to) of the active segment's reserved space (bytes that

@@ -194,6 +194,7 @@ fn healthy(request: &AdminRequest) -> Result<AdminAnswer, AdminError> {
                     topic_recreations: 0,
                 }],
                 shard_events: None,
+                shard_storage: Vec::new(),
             },
         },
     })
@@ -775,6 +776,7 @@ fn three_mirrors(request: &AdminRequest) -> Result<AdminAnswer, AdminError> {
                     })
                     .collect(),
                 shard_events: None,
+                shard_storage: Vec::new(),
             },
         },
         AdminRequest::DescribeMirror { mirror } => AdminAnswer::Status {
