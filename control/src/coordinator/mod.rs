@@ -173,6 +173,7 @@ impl MirrorCoordinator {
                     catalog,
                     reports_dirty: true,
                     event_counts,
+                    placed: Vec::new(),
                 };
                 core.load(configured_mirrors);
                 core.run(events, calls, stop_flag, first_round).await;
@@ -285,6 +286,10 @@ struct Core {
     catalog: Arc<CatalogHandle>,
     reports_dirty: bool,
     event_counts: ShardEventCounts,
+    /// Partitions their shard placed while PREPARING, to be recorded
+    /// MIRRORING together once the events at hand are handled
+    /// ([`Core::record_placed`]).
+    placed: Vec<PartitionStateKey>,
 }
 
 fn internal(e: impl std::fmt::Display) -> AdminError {
@@ -480,6 +485,7 @@ impl Core {
                     while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
+                    self.record_placed();
                     self.reports_dirty = true;
                 }
                 Wake::Event(event) => {
@@ -487,6 +493,7 @@ impl Core {
                     while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
+                    self.record_placed();
                     self.reports_dirty = true;
                 }
                 Wake::Tick => {}
@@ -494,3 +501,6 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
