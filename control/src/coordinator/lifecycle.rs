@@ -343,7 +343,8 @@ impl Core {
             .collect();
         let mut holders: HashMap<&str, Vec<&PartitionStateKey>> = HashMap::new();
         for (k, p) in &self.partitions {
-            if (k.mirror != name && p.record.state != State::Stopped) || k.mirror == name {
+            // A stopped partition of another mirror is local now: it may be claimed.
+            if k.mirror == name || p.record.state != State::Stopped {
                 holders.entry(p.tp.topic.as_str()).or_default().push(k);
             }
         }

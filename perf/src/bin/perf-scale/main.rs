@@ -92,6 +92,9 @@ struct Args {
     /// The source answers without fetch sessions (every Fetch a full one).
     #[arg(long)]
     sessionless: bool,
+    /// `[log] segment_index_bytes` of the agent (None: its default, 10 MiB).
+    #[arg(long)]
+    segment_index_bytes: Option<u64>,
     /// Where work dirs go (removed at the end).
     #[arg(long, default_value = "/tmp")]
     work_dir: PathBuf,
@@ -152,10 +155,18 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The agent's config file.
 fn config(args: &Args, data_dir: &Path, source: SocketAddr, admin: SocketAddr) -> String {
-    let log = args
-        .preallocate_bytes
-        .map(|b| format!("\n[log]\npreallocate_bytes = {b}\n"))
-        .unwrap_or_default();
+    let settings: Vec<String> = [
+        ("preallocate_bytes", args.preallocate_bytes),
+        ("segment_index_bytes", args.segment_index_bytes),
+    ]
+    .iter()
+    .filter_map(|(key, value)| value.map(|v| format!("{key} = {v}\n")))
+    .collect();
+    let log = if settings.is_empty() {
+        String::new()
+    } else {
+        format!("\n[log]\n{}", settings.concat())
+    };
     format!(
         "data_dir = {data_dir:?}\nshards = {}\n\n[admin]\naddress = \"{admin}\"\n{log}\n[[mirror]]\nname = \"scale\"\n\
          bootstrap_servers = [\"{source}\"]\ntopics = [{TOPIC:?}]\n",
@@ -359,7 +370,7 @@ fn measure(args: &Args, p: usize, dir: &Path) -> anyhow::Result<Row> {
         row.sync_round = sync_round(admin, &source)?;
         Ok(())
     })();
-    let stop_timeout = Duration::from_secs(30) + Duration::from_millis(10) * p as u32;
+    let stop_timeout = Duration::from_secs(30) + Duration::from_millis(30) * p as u32;
     if let Err(e) = result {
         let _ = stop(&mut agent, libc::SIGKILL, stop_timeout);
         return Err(e);
@@ -425,8 +436,11 @@ fn print_table(args: &Args, rows: &[Row]) {
     let preallocate = args
         .preallocate_bytes
         .map_or("16 MiB (default)".to_string(), |b| format!("{b} B"));
+    let index = args
+        .segment_index_bytes
+        .map_or("10 MiB (default)".to_string(), |b| format!("{b} B"));
     println!(
-        "\none topic of P partitions, {} shards, preallocate_bytes {preallocate}, {} head batch(es) of {} records, \
+        "\none topic of P partitions, {} shards, preallocate_bytes {preallocate}, segment_index_bytes {index}, {} head batch(es) of {} records, \
          then {} MB/s over all partitions for {} s, fetch sessions {}\n",
         args.shards,
         args.head_batches,
