@@ -16,7 +16,8 @@
 //! 1. **first start**: from spawn until `GET /mirrors` counts P partitions
 //!    MIRRORING, and until `GET /status` shows every partition holding its
 //!    head (the first bytes of each on disk);
-//! 2. **loaded**: the largest RSS while the source appends;
+//! 2. **loaded**: the largest RSS while the source appends (nothing, shown
+//!    as 0, where the first start outlasts the `--loaded-s` window);
 //! 3. **idle** (everything mirrored, the source appends nothing): RSS, open
 //!    files, mappings, disk allocated beyond the data, the Fetch requests
 //!    the source receives over `--idle-s` (count and bytes each), the
@@ -516,7 +517,14 @@ fn draw(dir: &Path, rows: &[Row]) -> anyhow::Result<()> {
         ("partitions", "RSS, MiB"),
         &[
             ("idle".into(), series(|r| r.rss_idle as f64 / MIB)),
-            ("loaded".into(), series(|r| r.rss_loaded as f64 / MIB)),
+            (
+                "loaded".into(),
+                // Not sampled where start-up outlasted the append window.
+                rows.iter()
+                    .filter(|r| r.rss_loaded > 0)
+                    .map(|r| (r.partitions as f64, r.rss_loaded as f64 / MIB))
+                    .collect(),
+            ),
         ],
     )?;
     plot::lines(
