@@ -347,6 +347,8 @@ pub struct MirrorStateStore {
     mirrors: BTreeMap<String, MirrorRecord>,
     partitions: BTreeMap<PartitionStateKey, PartitionRecord>,
     topic_configs: BTreeMap<TopicConfigKey, TopicConfigRecord>,
+    /// Flushed appends (one batch each) since open.
+    appends: u64,
 }
 
 impl MirrorStateStore {
@@ -385,6 +387,7 @@ impl MirrorStateStore {
             mirrors: BTreeMap::new(),
             partitions: BTreeMap::new(),
             topic_configs: BTreeMap::new(),
+            appends: 0,
         };
         let mut live_records = 0;
         for partition in existing {
@@ -486,7 +489,14 @@ impl MirrorStateStore {
                 timestamp_ms: None,
             })
             .collect();
+        self.appends += 1;
         log.append(records).map_err(log_error)
+    }
+
+    /// Flushed appends to the state partitions since open (each one batch
+    /// and one flush): what a change of many partitions costs.
+    pub fn appends(&self) -> u64 {
+        self.appends
     }
 
     /// Stores a mirror's definition under its name.

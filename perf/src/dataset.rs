@@ -142,16 +142,22 @@ impl Dataset {
         assert!(spec.partitions > 0 && spec.records_per_batch > 0, "empty dataset spec");
         let mut rng = Rng(spec.seed | 1);
         let templates = templates(&spec, &mut rng);
+        // A few threads, each building a run of partitions (not a thread
+        // per partition: 10 000 partitions would be 10 000 threads).
+        let count = spec.partitions as usize;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(count);
+        let per_thread = count.div_ceil(threads);
         let partitions = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..spec.partitions as usize)
-                .map(|p| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
                     let (spec, templates) = (&spec, &templates);
-                    s.spawn(move || build_partition(spec, templates, p))
+                    let run = t * per_thread..((t + 1) * per_thread).min(count);
+                    s.spawn(move || run.map(|p| build_partition(spec, templates, p)).collect::<Vec<_>>())
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().expect("build partition"))
+                .flat_map(|h| h.join().expect("build partitions"))
                 .collect()
         });
         let mut topic_id = [0u8; 16];

@@ -1,5 +1,6 @@
 //! PNG plots of the harness's results (`--plot-dir`): a bar per
-//! throughput scenario, and the lag's cumulative distribution.
+//! throughput scenario, the lag's cumulative distribution, and lines of a
+//! quantity against the partition count.
 //!
 //! Text is drawn with a TrueType font read from the system (DejaVu Sans,
 //! Debian's `fonts-dejavu-core`, or `RINGMIRROR_PLOT_FONT`), so no C
@@ -131,6 +132,53 @@ pub fn cdf(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -> an
     Ok(())
 }
 
+/// Lines of `(x, y)` points, one per `(label, points)`, with a
+/// logarithmic x axis (e.g. RSS against the partition count).
+pub fn lines(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    font()?;
+    let xs = || series.iter().flat_map(|(_, points)| points.iter().map(|(x, _)| *x));
+    let ys = || series.iter().flat_map(|(_, points)| points.iter().map(|(_, y)| *y));
+    let low = xs().fold(f64::INFINITY, f64::min).max(1.0);
+    let high = xs().fold(0.0, f64::max).max(low * 2.0);
+    let top = ys().fold(0.0, f64::max).max(1e-9) * 1.1;
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 20))
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d((low * 0.8..high * 1.25).log_scale(), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style((FONT, 13))
+        .draw()?;
+    for (i, (label, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,7 +190,7 @@ mod tests {
         assert_eq!(three_figures(0.2704), "0.270");
     }
 
-    /// Both plots write a PNG file (its signature checked); the set-up installs the font.
+    /// Every plot writes a PNG file (its signature checked); the set-up installs the font.
     #[test]
     fn plots_are_png_files() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -155,7 +203,15 @@ mod tests {
             &[("x".into(), vec![(0.1, 0.0), (1.0, 0.5), (10.0, 1.0)])],
         )
         .expect("cdf");
-        for path in [bar_path, cdf_path] {
+        let lines_path = dir.path().join("lines.png");
+        lines(
+            &lines_path,
+            "t",
+            ("partitions", "MiB"),
+            &[("x".into(), vec![(100.0, 1.0), (1000.0, 5.0)])],
+        )
+        .expect("lines");
+        for path in [bar_path, cdf_path, lines_path] {
             let bytes = std::fs::read(&path).expect("read");
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
         }

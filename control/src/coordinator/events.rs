@@ -46,7 +46,9 @@ impl Core {
                     p.live.truncations += 1;
                 }
                 if p.record.state == State::Preparing {
-                    self.set_state_logged(&key, State::Mirroring, |r| r.error = None);
+                    // Recorded with the others placed meanwhile (the shard
+                    // fetches already; the record follows what it does).
+                    self.placed.push(key);
                 } else if p.record.state == State::Pausing && p.placed_paused {
                     // Placed paused: no fetch ever includes it.
                     self.set_state_logged(&key, State::Paused, |r| r.error = None);
@@ -162,6 +164,42 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Records MIRRORING for the partitions placed since the last call, in
+    /// one flushed append per state partition rather than one per
+    /// partition (P placements at start: a handful of flushes, not P).
+    pub(super) fn record_placed(&mut self) {
+        let placed = std::mem::take(&mut self.placed);
+        let mut records = Vec::with_capacity(placed.len());
+        for key in placed {
+            // Still PREPARING: nothing else happened to it meanwhile.
+            let Some(p) = self.partitions.get(&key) else { continue };
+            if p.record.state != State::Preparing {
+                continue;
+            }
+            let mut record = p.record.clone();
+            record.state = State::Mirroring;
+            record.error = None;
+            record.updated_ms = now_ms();
+            records.push((key, record));
+        }
+        if records.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.put_partitions(records.clone()) {
+            tracing::error!(error = %e, "cannot record placed partitions MIRRORING; some stay PREPARING until placed again");
+        }
+        for (key, record) in records {
+            // Only what was written takes effect.
+            if self.store.partitions().get(&key) != Some(&record) {
+                continue;
+            }
+            let p = self.partitions.get_mut(&key).expect("listed");
+            tracing::info!(mirror = key.mirror, partition = %p.tp, from = %p.record.state, to = %record.state, "partition state");
+            p.record = record;
+        }
+        self.reports_dirty = true;
     }
 
     /// Measurements: offsets and lag, counters, fetch statistics.

@@ -4,7 +4,7 @@
 //! truncation), destination epoch bumps (EPOCH_FENCING), new partitions
 //! from a metadata round, and stopping (STOPPING → STOPPED).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use ringmirror_dataplane::client::jittered_backoff;
@@ -331,40 +331,42 @@ impl Core {
         }
         self.stop_excluded_topics(name);
         let mirror_paused = self.mirror_paused(name);
-        let mut added = 0;
+        // Topics this mirror holds partitions of (a paused mirror takes new
+        // partitions of those only), and per topic the other holders a new
+        // partition must not be mixed with: found once per round, not once
+        // per new partition (O(P), not O(P²), when a mirror first sees P).
+        let held: HashSet<&str> = self
+            .by_tp
+            .keys()
+            .filter(|(m, _)| m == name)
+            .map(|(_, tp)| tp.topic.as_str())
+            .collect();
+        let mut holders: HashMap<&str, Vec<&PartitionStateKey>> = HashMap::new();
+        for (k, p) in &self.partitions {
+            // A stopped partition of another mirror is local now: it may be claimed.
+            if k.mirror == name || p.record.state != State::Stopped {
+                holders.entry(p.tp.topic.as_str()).or_default().push(k);
+            }
+        }
+        let mut new = Vec::new();
+        let mut conflicts = Vec::new();
         for (key, tp, sle) in found {
             // A paused mirror takes no new topics (no metadata sync); a new
             // partition of a paused topic is added, and placed PAUSED.
-            if mirror_paused && !self.by_tp.keys().any(|(m, t)| m == name && t.topic == tp.topic) {
+            if mirror_paused && !held.contains(tp.topic.as_str()) {
                 continue;
             }
             // Decided per topic, so that a topic never mixes partitions of
             // two sources: another mirror holding any partition of it (a
             // stopped one is local now and may be claimed), or this mirror
             // holding it under another topic id (recreated at the source).
-            let holder = self.partitions.iter().find(|(k, p)| {
-                p.tp.topic == tp.topic
-                    && ((k.mirror != name && p.record.state != State::Stopped)
-                        || (k.mirror == name && k.topic_id != key.topic_id))
+            let holder = holders.get(tp.topic.as_str()).and_then(|keys| {
+                keys.iter()
+                    .find(|k| k.mirror != name || k.topic_id != key.topic_id)
+                    .map(|k| k.mirror.clone())
             });
-            if let Some((other, _)) = holder {
-                let m = self.mirrors.get_mut(name).expect("exists");
-                if m.reported_conflicts.insert(tp.topic.clone()) {
-                    if other.mirror == name {
-                        tracing::error!(
-                            mirror = name,
-                            topic = tp.topic,
-                            "source topic id changed (topic recreated?); not mirroring the new one"
-                        );
-                    } else {
-                        tracing::error!(
-                            mirror = name,
-                            other = other.mirror,
-                            topic = tp.topic,
-                            "topic is already mirrored by another mirror; each destination topic has one source"
-                        );
-                    }
-                }
+            if let Some(other) = holder {
+                conflicts.push((tp.topic.clone(), other));
                 continue;
             }
             let record = PartitionRecord {
@@ -376,8 +378,40 @@ impl Core {
                 error: None,
                 updated_ms: now_ms(),
             };
-            if let Err(e) = self.store.put_partition(key.clone(), record.clone()) {
-                tracing::error!(mirror = name, %tp, error = %e, "cannot record a new partition");
+            new.push((key, tp, sle, record));
+        }
+        let m = self.mirrors.get_mut(name).expect("exists");
+        for (topic, other) in conflicts {
+            if m.reported_conflicts.insert(topic.clone()) {
+                if other == name {
+                    tracing::error!(
+                        mirror = name,
+                        topic,
+                        "source topic id changed (topic recreated?); not mirroring the new one"
+                    );
+                } else {
+                    tracing::error!(
+                        mirror = name,
+                        other,
+                        topic,
+                        "topic is already mirrored by another mirror; each destination topic has one source"
+                    );
+                }
+            }
+        }
+        // One flushed append per state partition for all of them, not one per partition.
+        let records = new
+            .iter()
+            .map(|(key, _, _, record)| (key.clone(), record.clone()))
+            .collect();
+        if let Err(e) = self.store.put_partitions(records) {
+            tracing::error!(mirror = name, error = %e, "cannot record new partitions; some are not mirrored");
+        }
+        let mut added = 0;
+        for (key, tp, sle, record) in new {
+            // Those written before an error are recorded; the others are
+            // found again at the next round.
+            if !self.store.partitions().contains_key(&key) {
                 continue;
             }
             self.by_tp.insert((name.to_owned(), tp.clone()), key.clone());
@@ -508,12 +542,22 @@ impl Core {
                 }
             };
             m.to_prepare.clear();
+            // Once per topic, not per partition: placing changes no state,
+            // and PAUSING is written only where the topic is paused already.
+            let mut paused_topics: HashMap<String, bool> = HashMap::new();
             for key in keys {
                 let lme = lmes.get(&(key.topic_id, key.partition)).copied().unwrap_or_default();
                 let topic = self.partitions[&key].tp.topic.clone();
                 // A new (or retried) partition of a paused topic starts
                 // PAUSED: PAUSING is written before it is placed.
-                let paused = self.topic_paused(&name, &topic);
+                let paused = match paused_topics.get(&topic) {
+                    Some(&paused) => paused,
+                    None => {
+                        let paused = self.topic_paused(&name, &topic);
+                        paused_topics.insert(topic, paused);
+                        paused
+                    }
+                };
                 if paused && self.set_state(&key, State::Pausing, |_| {}).is_err() {
                     continue;
                 }

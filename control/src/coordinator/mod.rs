@@ -178,6 +178,7 @@ impl MirrorCoordinator {
                     reports_dirty: true,
                     event_counts,
                     reserve_budgets,
+                    placed: Vec::new(),
                 };
                 core.load(configured_mirrors);
                 core.run(events, calls, stop_flag, first_round).await;
@@ -291,6 +292,10 @@ struct Core {
     reports_dirty: bool,
     event_counts: ShardEventCounts,
     reserve_budgets: Vec<Arc<ReserveBudget>>,
+    /// Partitions their shard placed while PREPARING, to be recorded
+    /// MIRRORING together once the events at hand are handled
+    /// ([`Core::record_placed`]).
+    placed: Vec<PartitionStateKey>,
 }
 
 fn internal(e: impl std::fmt::Display) -> AdminError {
@@ -486,6 +491,7 @@ impl Core {
                     while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
+                    self.record_placed();
                     self.reports_dirty = true;
                 }
                 Wake::Event(event) => {
@@ -493,6 +499,7 @@ impl Core {
                     while let Some(event) = events.try_recv() {
                         self.on_event(event);
                     }
+                    self.record_placed();
                     self.reports_dirty = true;
                 }
                 Wake::Tick => {}
@@ -500,3 +507,6 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -201,27 +201,52 @@ pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
 }
 
 /// The catalog shared by every shard.
+///
+/// Changes are made in place on a working copy; readers get an immutable
+/// snapshot, copied from it at the first read after a change. So a burst of
+/// changes with no read in between (every partition registering at start,
+/// a mirror's first partitions) costs one copy, not one per change: P
+/// registrations cost O(P), not O(P²) (issue 16's defect 1).
 #[derive(Debug)]
 pub struct CatalogHandle {
-    current: Mutex<Arc<Catalog>>,
+    catalog: Mutex<Versions>,
     generation: AtomicU64,
+    /// Snapshots copied from the working catalog so far.
+    copies: AtomicU64,
     /// Topics being created right now (so two creates cannot race).
     creating: Mutex<HashSet<String>>,
 }
 
+/// The working catalog and its last published snapshot.
+#[derive(Debug)]
+struct Versions {
+    working: Catalog,
+    /// `None` after a change until the next read publishes one.
+    published: Option<Arc<Catalog>>,
+}
+
 impl CatalogHandle {
     pub fn new(identity: ServerIdentity) -> Arc<Self> {
+        let catalog = Catalog::new(identity);
         Arc::new(Self {
-            current: Mutex::new(Arc::new(Catalog::new(identity))),
+            catalog: Mutex::new(Versions {
+                published: Some(Arc::new(catalog.clone())),
+                working: catalog,
+            }),
             generation: AtomicU64::new(1),
+            copies: AtomicU64::new(0),
             creating: Mutex::new(HashSet::new()),
         })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Versions> {
+        self.catalog.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Claims `topic` for creation: false if it exists or is being created.
     pub fn try_reserve_topic(&self, topic: &str) -> bool {
         let mut creating = self.creating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.snapshot().topic(topic).is_none() && creating.insert(topic.to_owned())
+        self.lock().working.topic(topic).is_none() && creating.insert(topic.to_owned())
     }
 
     /// Ends a creation claimed with [`CatalogHandle::try_reserve_topic`].
@@ -232,39 +257,46 @@ impl CatalogHandle {
             .remove(topic);
     }
 
-    /// Changes the catalog (copy on write: readers keep their snapshot);
-    /// returns what `f` returns.
+    /// Changes the catalog (readers keep their snapshot; the next read
+    /// sees the change); returns what `f` returns.
     pub fn update<R>(&self, f: impl FnOnce(&mut Catalog) -> R) -> R {
-        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut next = Catalog::clone(&current);
-        let out = f(&mut next);
-        *current = Arc::new(next);
+        let mut versions = self.lock();
+        let out = f(&mut versions.working);
+        versions.published = None;
         self.generation.fetch_add(1, Ordering::Release);
         out
     }
 
     /// Publishes a topic's config overrides (see
     /// [`Catalog::set_topic_configs`]); returns whether they changed. Callable
-    /// from any thread (the control plane's); unchanged overrides cost no
-    /// copy of the catalog and leave readers' snapshots valid, so publishing
-    /// every metadata round is cheap.
+    /// from any thread (the control plane's); unchanged overrides change
+    /// nothing and leave readers' snapshots valid, so publishing every
+    /// metadata round is cheap.
     pub fn publish_topic_configs(&self, topic: &str, configs: TopicConfigMap) -> bool {
-        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current
-            .topic_configs(topic)
-            .map_or(configs.is_empty(), |c| *c == configs)
-        {
+        let mut versions = self.lock();
+        if !versions.working.set_topic_configs(topic, configs) {
             return false;
         }
-        let mut next = Catalog::clone(&current);
-        let changed = next.set_topic_configs(topic, configs);
-        *current = Arc::new(next);
+        versions.published = None;
         self.generation.fetch_add(1, Ordering::Release);
-        changed
+        true
     }
 
+    /// The current catalog; copied from the working one if it changed
+    /// since the last read.
     pub fn snapshot(&self) -> Arc<Catalog> {
-        Arc::clone(&self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        let mut versions = self.lock();
+        let Versions { working, published } = &mut *versions;
+        let snapshot = published.get_or_insert_with(|| {
+            self.copies.fetch_add(1, Ordering::Relaxed);
+            Arc::new(working.clone())
+        });
+        Arc::clone(snapshot)
+    }
+
+    /// Snapshots copied so far (each an O(partitions) copy).
+    pub fn copies(&self) -> u64 {
+        self.copies.load(Ordering::Relaxed)
     }
 }
 
@@ -390,11 +422,34 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(changed, [true, false, false]);
-        assert_eq!(generation(), before + 1, "only the change made a new catalog");
+        assert_eq!(generation(), before + 1, "only the change moved the generation");
         assert_eq!(
             handle.snapshot().topic("t").unwrap().configs,
             configs(&[("retention.ms", "5")])
         );
+    }
+
+    /// Registering P partitions with no read in between copies the catalog
+    /// once, at the next read, not once per partition; a read between
+    /// changes copies again, an unchanged catalog never.
+    #[test]
+    fn a_burst_of_registrations_costs_one_copy() {
+        let handle = CatalogHandle::new(ServerIdentity::default());
+        let mut view = CatalogView::new(Arc::clone(&handle));
+        for p in 0..1000 {
+            handle.update(|c| c.add_partition("t", None, p, p as usize % 2, Some("m")));
+        }
+        assert_eq!(handle.copies(), 0);
+        assert_eq!(view.get().topic("t").unwrap().partitions.len(), 1000);
+        assert_eq!(view.get().owner("t", 999), Some(1));
+        assert_eq!(handle.copies(), 1);
+        handle.update(|c| c.remove_partition("t", 0));
+        assert!(view.get().owner("t", 0).is_none());
+        assert!(view.get().owner("t", 1).is_some());
+        assert_eq!(handle.copies(), 2);
+        assert!(!handle.publish_topic_configs("t", TopicConfigMap::new()));
+        let _ = handle.snapshot();
+        assert_eq!(handle.copies(), 2, "nothing changed: no copy");
     }
 
     #[test]

@@ -72,6 +72,7 @@ fn main() -> anyhow::Result<()> {
             cpu: args.cpu,
             sink_topic: args.sink_topic.clone(),
             port: args.port,
+            ..SourceOptions::default()
         },
     )?;
     println!("listening on {}", source.addr());

@@ -10,10 +10,97 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{NONE, OFFSET_OUT_OF_RANGE, POLL, Shared, UNKNOWN_TOPIC_OR_PARTITION};
+use super::{
+    FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, NONE, OFFSET_OUT_OF_RANGE, POLL, Shared,
+    UNKNOWN_TOPIC_OR_PARTITION,
+};
+
+/// Session epochs (KIP-227): 0 opens a session, -1 asks for none.
+const INITIAL_EPOCH: i32 = 0;
+const FINAL_EPOCH: i32 = -1;
+
+/// A connection's incremental fetch session (KIP-227), as Kafka's
+/// `FetchSession` keeps it: each partition's last fetch offset and limit;
+/// an incremental request names only the partitions that changed (and
+/// those that leave), and its answer only the partitions with something
+/// to say (records or an error).
+pub(crate) struct FetchSession {
+    id: i32,
+    /// The epoch the next incremental request must carry.
+    epoch: i32,
+    partitions: BTreeMap<(StrBytes, i32), FetchPartition>,
+}
+
+impl FetchSession {
+    /// The full request the session stands for.
+    fn request(&self, template: &FetchRequest) -> FetchRequest {
+        let mut request = template.clone();
+        request.topics.clear();
+        request.forgotten_topics_data.clear();
+        for ((topic, _), p) in &self.partitions {
+            if request.topics.last().is_none_or(|t| t.topic.0 != *topic) {
+                let mut t = FetchTopic::default();
+                t.topic = topic.clone().into();
+                request.topics.push(t);
+            }
+            request.topics.last_mut().expect("pushed").partitions.push(p.clone());
+        }
+        request
+    }
+
+    fn update(&mut self, request: &FetchRequest) {
+        for t in &request.forgotten_topics_data {
+            for p in &t.partitions {
+                self.partitions.remove(&(t.topic.0.clone(), *p));
+            }
+        }
+        for t in &request.topics {
+            for p in &t.partitions {
+                self.partitions.insert((t.topic.0.clone(), p.partition), p.clone());
+            }
+        }
+    }
+}
+
+/// Resolves a request against the connection's session: the full request
+/// to plan, the session id to answer, whether the answer is incremental,
+/// or the session error to answer with.
+pub(super) fn resolve_session(
+    shared: &Shared,
+    version: i16,
+    request: &FetchRequest,
+    session: &mut Option<FetchSession>,
+) -> Result<(Option<FetchRequest>, i32, bool), i16> {
+    if !shared.options.fetch_sessions || version < 7 || request.session_epoch == FINAL_EPOCH {
+        return Ok((None, 0, false));
+    }
+    if request.session_epoch == INITIAL_EPOCH {
+        let id = session.as_ref().map_or(1, |s| s.id.wrapping_add(1).max(1));
+        let mut new = FetchSession {
+            id,
+            epoch: 1,
+            partitions: BTreeMap::new(),
+        };
+        new.update(request);
+        *session = Some(new);
+        return Ok((None, id, false));
+    }
+    let Some(s) = session.as_mut().filter(|s| s.id == request.session_id) else {
+        return Err(FETCH_SESSION_ID_NOT_FOUND);
+    };
+    if s.epoch != request.session_epoch {
+        return Err(INVALID_FETCH_SESSION_EPOCH);
+    }
+    s.epoch = s.epoch.wrapping_add(1).max(1);
+    s.update(request);
+    Ok((Some(s.request(request)), s.id, true))
+}
 
 /// What one partition's answer holds.
 pub(super) struct PartPlan {
@@ -113,11 +200,20 @@ fn next_availability(shared: &Shared, request: &FetchRequest, now: Instant) -> O
 pub(super) fn fetch(
     shared: &Shared,
     stream: &mut TcpStream,
-    version: i16,
-    correlation_id: i32,
+    (version, correlation_id): (i16, i32),
     request: &FetchRequest,
     meta: &mut Vec<u8>,
+    session: &mut Option<FetchSession>,
 ) -> anyhow::Result<()> {
+    let (full, session_id, incremental) = match resolve_session(shared, version, request, session) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            let header = ResponseHead { session_id: 0, error };
+            write_fetch_response(shared, stream, (version, correlation_id), header, &[], 0, meta)?;
+            return Ok(());
+        }
+    };
+    let request = full.as_ref().unwrap_or(request);
     let arrived = Instant::now();
     shared.first_fetch.get_or_init(|| arrived);
     if shared.options.rate_bytes_per_s.is_some() {
@@ -165,7 +261,18 @@ pub(super) fn fetch(
             }
         }
     }
-    write_fetch_response(shared, stream, version, correlation_id, &plan, total, meta)?;
+    if incremental {
+        // Only the partitions with something to say.
+        for t in &mut plan {
+            t.parts.retain(|p| p.error != NONE || p.range.1 > p.range.0);
+        }
+        plan.retain(|t| !t.parts.is_empty());
+    }
+    let header = ResponseHead {
+        session_id,
+        error: NONE,
+    };
+    write_fetch_response(shared, stream, (version, correlation_id), header, &plan, total, meta)?;
     shared.record_bytes_sent.fetch_add(total as u64, Ordering::Relaxed);
     Ok(())
 }
@@ -201,13 +308,19 @@ enum Piece {
     Records(usize, usize, usize),
 }
 
+/// A Fetch response's top-level error and session id (v7+).
+pub(super) struct ResponseHead {
+    pub(super) session_id: i32,
+    pub(super) error: i16,
+}
+
 /// Encodes a Fetch response (v4–12) by hand and writes it with `writev`:
 /// framing bytes from one small buffer, record bytes straight from the dataset.
 pub(super) fn write_fetch_response(
     shared: &Shared,
     stream: &mut TcpStream,
-    version: i16,
-    correlation_id: i32,
+    (version, correlation_id): (i16, i32),
+    head: ResponseHead,
     topics: &[TopicPlan],
     record_bytes: usize,
     meta: &mut Vec<u8>,
@@ -223,8 +336,8 @@ pub(super) fn write_fetch_response(
     }
     meta.extend_from_slice(&0i32.to_be_bytes()); // throttle_time_ms
     if version >= 7 {
-        meta.extend_from_slice(&NONE.to_be_bytes()); // error_code
-        meta.extend_from_slice(&0i32.to_be_bytes()); // session_id
+        meta.extend_from_slice(&head.error.to_be_bytes()); // error_code
+        meta.extend_from_slice(&head.session_id.to_be_bytes()); // session_id
     }
     put_len(meta, topics.len(), flexible);
     for t in topics {

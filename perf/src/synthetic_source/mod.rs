@@ -6,7 +6,8 @@
 //! * ApiVersions (v0–3), Metadata (v1–12; one broker, itself; topic ids;
 //!   leader epoch 0), ListOffsets (v1–7), OffsetForLeaderEpoch (v2–4),
 //!   FindCoordinator (v0–3, itself: librdkafka consumers with a group id ask),
-//!   Fetch (v4–12, so topics are named; sessionless) and, when a sink topic is
+//!   Fetch (v4–12, so topics are named; sessionless, or with
+//!   incremental fetch sessions (KIP-227) when `fetch_sessions` asks) and, when a sink topic is
 //!   configured, Produce (v3–9) into that topic, counted and discarded.
 //! * Fetch answers with as many whole batches from `fetch_offset` as
 //!   `partition_max_bytes` and `max_bytes` allow (at least one batch, as
@@ -50,12 +51,14 @@ use crate::dataset::Dataset;
 use crate::procstat;
 
 mod fetch;
-use fetch::fetch;
+use fetch::{FetchSession, fetch};
 
 const NONE: i16 = 0;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const UNSUPPORTED_VERSION: i16 = 35;
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const CLUSTER_ID: &str = "ringmirror-perf-synthetic";
 /// How often idle threads look at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -75,12 +78,26 @@ pub struct SourceOptions {
     pub sink_topic: Option<String>,
     /// Port to listen on (0: any free port).
     pub port: u16,
+    /// Rate mode: the batches within this many bytes of each partition's
+    /// start are available from the first Fetch on (the partition's
+    /// history); the rate applies to the rest.
+    pub head_bytes: usize,
+    /// Grant incremental fetch sessions (KIP-227, Fetch v7+), one per
+    /// connection; without, every Fetch is a full one (session id 0).
+    pub fetch_sessions: bool,
 }
 
 /// Counters of one source, for the harness.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStats {
     pub fetch_requests: u64,
+    /// Bytes of the Fetch requests received (frames, without the size prefix).
+    pub fetch_request_bytes: u64,
+    /// The largest Fetch request received (bytes).
+    pub fetch_request_bytes_max: u64,
+    /// Metadata requests answered, and the bytes of the answers.
+    pub metadata_requests: u64,
+    pub metadata_response_bytes: u64,
     /// Record bytes sent in Fetch responses.
     pub record_bytes_sent: u64,
     /// Record bytes received in Produce requests to the sink topic.
@@ -102,6 +119,10 @@ struct Shared {
     fetched_to: Vec<AtomicI64>,
     sink_offsets: Vec<AtomicI64>,
     fetch_requests: AtomicU64,
+    fetch_request_bytes: AtomicU64,
+    fetch_request_bytes_max: AtomicU64,
+    metadata_requests: AtomicU64,
+    metadata_response_bytes: AtomicU64,
     record_bytes_sent: AtomicU64,
     record_bytes_produced: AtomicU64,
     cpu_ns: AtomicU64,
@@ -133,6 +154,10 @@ impl SyntheticSource {
             fetched_to: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             sink_offsets: (0..partitions).map(|_| AtomicI64::new(0)).collect(),
             fetch_requests: AtomicU64::new(0),
+            fetch_request_bytes: AtomicU64::new(0),
+            fetch_request_bytes_max: AtomicU64::new(0),
+            metadata_requests: AtomicU64::new(0),
+            metadata_response_bytes: AtomicU64::new(0),
             record_bytes_sent: AtomicU64::new(0),
             record_bytes_produced: AtomicU64::new(0),
             cpu_ns: AtomicU64::new(0),
@@ -182,6 +207,10 @@ impl SyntheticSource {
         let s = &self.shared;
         SourceStats {
             fetch_requests: s.fetch_requests.load(Ordering::Relaxed),
+            fetch_request_bytes: s.fetch_request_bytes.load(Ordering::Relaxed),
+            fetch_request_bytes_max: s.fetch_request_bytes_max.load(Ordering::Relaxed),
+            metadata_requests: s.metadata_requests.load(Ordering::Relaxed),
+            metadata_response_bytes: s.metadata_response_bytes.load(Ordering::Relaxed),
             record_bytes_sent: s.record_bytes_sent.load(Ordering::Relaxed),
             record_bytes_produced: s.record_bytes_produced.load(Ordering::Relaxed),
             cpu: Duration::from_nanos(s.cpu_ns.load(Ordering::Relaxed)),
@@ -239,9 +268,11 @@ impl Shared {
             .map(|r| r / self.dataset.partitions.len() as f64)
     }
 
-    /// Nanoseconds after t0 at which the byte at `end_pos` of a partition has been appended.
-    fn appended_after_ns(rate_per_partition: f64, end_pos: usize) -> u64 {
-        (end_pos as f64 * 1e9 / rate_per_partition).ceil() as u64
+    /// Nanoseconds after t0 at which the byte at `end_pos` of a partition
+    /// has been appended (the first `head_bytes` at t0).
+    fn appended_after_ns(&self, rate_per_partition: f64, end_pos: usize) -> u64 {
+        let appended = end_pos.saturating_sub(self.options.head_bytes);
+        (appended as f64 * 1e9 / rate_per_partition).ceil() as u64
     }
 
     /// How many batches of `partition` are available at `now`. Uses the same
@@ -254,7 +285,7 @@ impl Shared {
         };
         let Some(t0) = self.t0.get() else { return 0 };
         let elapsed = now.saturating_duration_since(*t0).as_nanos() as u64;
-        batches.partition_point(|b| Self::appended_after_ns(rate, b.end_pos()) <= elapsed)
+        batches.partition_point(|b| self.appended_after_ns(rate, b.end_pos()) <= elapsed)
     }
 
     fn available_at(&self, partition: usize, index: usize) -> Option<Instant> {
@@ -262,7 +293,7 @@ impl Shared {
         let Some(rate) = self.rate_per_partition() else {
             return self.first_fetch.get().copied();
         };
-        Some(*self.t0.get()? + Duration::from_nanos(Self::appended_after_ns(rate, batch.end_pos())))
+        Some(*self.t0.get()? + Duration::from_nanos(self.appended_after_ns(rate, batch.end_pos())))
     }
 
     /// The high watermark of `partition` at `now`.
@@ -318,6 +349,7 @@ fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(POLL));
     let mut meta = Vec::with_capacity(64 * 1024);
+    let mut session = None;
     loop {
         let mut len = [0u8; 4];
         match read_full(&mut stream, &mut len, &shared.stop) {
@@ -335,7 +367,7 @@ fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             _ => return,
         }
         let started = procstat::thread_cpu();
-        let result = handle(&shared, &mut stream, Bytes::from(frame), &mut meta);
+        let result = handle(&shared, &mut stream, Bytes::from(frame), &mut meta, &mut session);
         let spent = procstat::thread_cpu().saturating_sub(started);
         shared.cpu_ns.fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
         match result {
@@ -379,7 +411,13 @@ fn respond<R: Encodable + HeaderVersion>(
 }
 
 /// Handles one request; `Ok(false)` closes the connection.
-fn handle(shared: &Shared, stream: &mut TcpStream, mut frame: Bytes, meta: &mut Vec<u8>) -> anyhow::Result<bool> {
+fn handle(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    mut frame: Bytes,
+    meta: &mut Vec<u8>,
+    session: &mut Option<FetchSession>,
+) -> anyhow::Result<bool> {
     let key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let api = ApiKey::try_from(key).ok();
@@ -391,6 +429,7 @@ fn handle(shared: &Shared, stream: &mut TcpStream, mut frame: Bytes, meta: &mut 
         response.error_code = UNSUPPORTED_VERSION;
         return respond(stream, header.correlation_id, 0, &response);
     }
+    let frame_bytes = frame.len();
     let header = match decode_request_header_from_buffer(&mut frame) {
         Ok(h) => h,
         Err(_) => {
@@ -399,6 +438,8 @@ fn handle(shared: &Shared, stream: &mut TcpStream, mut frame: Bytes, meta: &mut 
         }
     };
     let cid = header.correlation_id;
+    // What the header took: the request's size on the wire is 4 + the whole frame.
+    let header_bytes = frame_bytes - frame.len();
     match api {
         Some(ApiKey::ApiVersions) => {
             let _ = ApiVersionsRequest::decode(&mut frame, version);
@@ -406,7 +447,11 @@ fn handle(shared: &Shared, stream: &mut TcpStream, mut frame: Bytes, meta: &mut 
         }
         Some(ApiKey::Metadata) if (1..=12).contains(&version) => {
             let request = MetadataRequest::decode(&mut frame, version)?;
-            respond(stream, cid, version, &metadata(shared, &request))
+            let response = metadata(shared, &request);
+            shared.metadata_requests.fetch_add(1, Ordering::Relaxed);
+            let bytes = response.compute_size(version).unwrap_or(0) as u64;
+            shared.metadata_response_bytes.fetch_add(bytes, Ordering::Relaxed);
+            respond(stream, cid, version, &response)
         }
         Some(ApiKey::ListOffsets) if (1..=7).contains(&version) => {
             let request = ListOffsetsRequest::decode(&mut frame, version)?;
@@ -433,8 +478,13 @@ fn handle(shared: &Shared, stream: &mut TcpStream, mut frame: Bytes, meta: &mut 
             respond(stream, cid, version, &response)
         }
         Some(ApiKey::Fetch) if (FETCH_VERSIONS.0..=FETCH_VERSIONS.1).contains(&version) => {
+            let request_bytes = (4 + frame.len() + header_bytes) as u64;
+            shared.fetch_request_bytes.fetch_add(request_bytes, Ordering::Relaxed);
+            shared
+                .fetch_request_bytes_max
+                .fetch_max(request_bytes, Ordering::Relaxed);
             let request = FetchRequest::decode(&mut frame, version)?;
-            fetch(shared, stream, version, cid, &request, meta)?;
+            fetch(shared, stream, (version, cid), &request, meta, session)?;
             Ok(true)
         }
         _ => {

@@ -1,4 +1,4 @@
-use super::fetch::{plan_fetch, write_fetch_response};
+use super::fetch::{ResponseHead, plan_fetch, resolve_session, write_fetch_response};
 use super::*;
 use crate::dataset::DatasetSpec;
 use kafka_protocol::messages::FetchResponse;
@@ -47,7 +47,11 @@ fn hand_encoded_fetch_responses_decode_with_kafka_protocol() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut server, _) = listener.accept().unwrap();
-        write_fetch_response(shared, &mut server, version, 42, &plan, total, &mut meta).unwrap();
+        let head = ResponseHead {
+            session_id: 7,
+            error: NONE,
+        };
+        write_fetch_response(shared, &mut server, (version, 42), head, &plan, total, &mut meta).unwrap();
         drop(server);
         let mut frame = Vec::new();
         client.read_to_end(&mut frame).unwrap();
@@ -64,6 +68,9 @@ fn hand_encoded_fetch_responses_decode_with_kafka_protocol() {
         let want = &p1.bytes[p1.batches[1].pos..p1.batches[3].end_pos()];
         assert_eq!(parts[1].records.as_deref(), Some(want), "v{version}");
         assert_eq!(parts[1].high_watermark, p1.end_offset());
+        if version >= 7 {
+            assert_eq!(response.session_id, 7, "v{version}");
+        }
     }
     source.stop();
 }
@@ -110,4 +117,55 @@ fn rate_mode_makes_batches_available_over_time() {
         assert_eq!(shared.available(0, at - Duration::from_nanos(1)), i);
     }
     source.stop();
+}
+
+/// KIP-227 as Kafka's `FetchSession` keeps it: epoch 0 opens a session, an
+/// incremental request changes only what it names (and what it forgets),
+/// the session stands for the rest; a wrong epoch or id is refused.
+#[test]
+fn fetch_sessions_keep_what_incremental_requests_leave_out() {
+    let source = SyntheticSource::start(
+        dataset(),
+        SourceOptions {
+            fetch_sessions: true,
+            ..SourceOptions::default()
+        },
+    )
+    .unwrap();
+    let shared = &source.shared;
+    let mut session = None;
+    let mut full = request("perf", &[0, 5], 1000);
+    full.session_epoch = 0;
+    let (planned, id, incremental) = resolve_session(shared, 12, &full, &mut session).unwrap();
+    assert!(planned.is_none() && !incremental && id != 0);
+    let offsets = |r: &FetchRequest| -> Vec<(i32, i64)> {
+        r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect()
+    };
+    // Nothing changed: an empty request stands for both partitions.
+    let mut empty = request("perf", &[], 1000);
+    (empty.session_id, empty.session_epoch) = (id, 1);
+    let (planned, _, incremental) = resolve_session(shared, 12, &empty, &mut session).unwrap();
+    assert!(incremental);
+    assert_eq!(offsets(&planned.unwrap()), [(0, 0), (1, 5)]);
+    // Partition 0 moved on, partition 1 leaves.
+    let mut moved = request("perf", &[40], 1000);
+    (moved.session_id, moved.session_epoch) = (id, 2);
+    let mut forgotten = kafka_protocol::messages::fetch_request::ForgottenTopic::default();
+    forgotten.topic = TopicName(StrBytes::from_static_str("perf"));
+    forgotten.partitions = vec![1];
+    moved.forgotten_topics_data = vec![forgotten];
+    let (planned, _, _) = resolve_session(shared, 12, &moved, &mut session).unwrap();
+    assert_eq!(offsets(&planned.unwrap()), [(0, 40)]);
+    // The same epoch again, and an unknown id.
+    assert_eq!(resolve_session(shared, 12, &moved, &mut session).err(), Some(71));
+    moved.session_id = id + 1;
+    assert_eq!(resolve_session(shared, 12, &moved, &mut session).err(), Some(70));
+    // Sessionless (-1) and before v7: full requests, no session id.
+    let mut sessionless = request("perf", &[0], 1000);
+    sessionless.session_epoch = -1;
+    assert_eq!(resolve_session(shared, 12, &sessionless, &mut session).unwrap().1, 0);
+    assert_eq!(resolve_session(shared, 6, &full, &mut session).unwrap().1, 0);
 }

@@ -13,6 +13,10 @@
 //! writes the batches ([`SparseIndex::reserve_entries`]). So a full disk is
 //! an `ENOSPC` error before anything is appended, never a SIGBUS from a
 //! store into an unbacked page, and never a batch without its index entry.
+//!
+//! As Kafka's `AbstractIndex` does, no descriptor is kept: the file is
+//! opened to size, reserve or map it and closed again (a mapping outlives
+//! its descriptor), so a segment holds one open file (its `.log`), not three.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -27,7 +31,6 @@ const PAGE_BYTES: usize = 4096;
 /// A file of fixed-size entries in a shared writable mapping.
 pub(crate) struct IndexFile<const N: usize> {
     path: PathBuf,
-    file: File,
     map: Option<MmapMut>,
     entries: usize,
     max_entries: usize,
@@ -56,30 +59,37 @@ impl<const N: usize> IndexFile<N> {
         let entries = entries.unwrap_or(if consistent { len as usize / N } else { 0 });
         let mut index = Self {
             path,
-            file,
             map: None,
             entries,
             max_entries: max_entries.max(entries),
             reserved: 0,
         };
         if active {
-            index.make_active()?;
+            index.make_active_with(&file)?;
         } else {
-            index
-                .file
-                .set_len((entries * N) as u64)
+            file.set_len((entries * N) as u64)
                 .map_err(LogError::io("truncate", &index.path))?;
-            index.remap((entries * N) as u64)?;
+            index.remap(&file, (entries * N) as u64)?;
         }
         Ok((index, consistent))
     }
 
-    fn remap(&mut self, len: u64) -> Result<()> {
+    /// The file, opened for a change of its size, blocks or mapping; it is
+    /// closed again when dropped.
+    fn open_file(&self) -> Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(LogError::io("open", &self.path))
+    }
+
+    fn remap(&mut self, file: &File, len: u64) -> Result<()> {
         self.map = None;
         if len > 0 {
             // SAFETY: the file is owned by this log and only modified through
             // this mapping; nothing truncates it while it is mapped.
-            let map = unsafe { MmapOptions::new().len(len as usize).map_mut(&self.file) }
+            let map = unsafe { MmapOptions::new().len(len as usize).map_mut(file) }
                 .map_err(LogError::io("mmap", &self.path))?;
             // Entries are touched one page at a time: without this, each
             // first-touch fault reads ahead (zero-filling) megabytes of the
@@ -96,23 +106,41 @@ impl<const N: usize> IndexFile<N> {
     /// holding its entries are reserved again (a no-op where they were
     /// written before; a truncation may have cut a page's blocks).
     fn make_active(&mut self) -> Result<()> {
+        let file = self.open_file()?;
+        self.make_active_with(&file)
+    }
+
+    fn make_active_with(&mut self, file: &File) -> Result<()> {
         let len = (self.max_entries * N) as u64;
-        self.file.set_len(len).map_err(LogError::io("extend", &self.path))?;
-        self.remap(len)?;
+        file.set_len(len).map_err(LogError::io("extend", &self.path))?;
+        self.remap(file, len)?;
         self.reserved = 0;
-        self.reserve_entries(0)
+        self.reserve_entries_with(file, 0)
     }
 
     /// Reserves disk blocks for `more` entries past the current ones
     /// (capped at the file's maximum), a page at a time.
     fn reserve_entries(&mut self, more: usize) -> Result<()> {
-        let end = (self.entries + more).min(self.max_entries) * N;
-        if end <= self.reserved {
+        if self.reserved_for(more) {
             return Ok(());
         }
+        let file = self.open_file()?;
+        self.reserve_entries_with(&file, more)
+    }
+
+    /// Whether the blocks for `more` entries are reserved already.
+    fn reserved_for(&self, more: usize) -> bool {
+        (self.entries + more).min(self.max_entries) * N <= self.reserved
+    }
+
+    fn reserve_entries_with(&mut self, file: &File, more: usize) -> Result<()> {
+        if self.reserved_for(more) {
+            return Ok(());
+        }
+        let end = (self.entries + more).min(self.max_entries) * N;
         let file_len = self.max_entries * N;
         let to = end.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES).min(file_len);
-        self.reserved = if reserve_blocks(&self.file, &self.path, self.reserved as u64, to as u64)? {
+        self.reserved = if reserve_blocks(file, &self.path, self.reserved as u64, to as u64)? {
             to
         } else {
             // No fallocate here: nothing can be reserved, as for segments.
@@ -127,8 +155,9 @@ impl<const N: usize> IndexFile<N> {
         let len = (self.entries * N) as u64;
         self.map = None;
         self.reserved = 0;
-        self.file.set_len(len).map_err(LogError::io("trim", &self.path))?;
-        self.remap(len)
+        let file = self.open_file()?;
+        file.set_len(len).map_err(LogError::io("trim", &self.path))?;
+        self.remap(&file, len)
     }
 
     fn flush(&self) -> Result<()> {
@@ -348,6 +377,39 @@ impl TimeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Descriptors of this process open on `path`.
+    fn descriptors_on(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    /// As Kafka's `AbstractIndex`: an index is mapped, not held open, while
+    /// active (appends past a page reserve more blocks), sealed and reopened.
+    #[test]
+    fn an_index_holds_no_descriptor_once_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().canonicalize().unwrap().join("00000000000000000000.index");
+        let (mut idx, _) = OffsetIndex::open(&path, 0, 1 << 20, true, false).unwrap();
+        assert_eq!(descriptors_on(&path), 0, "active");
+        // 1 000 entries of 8 bytes: two pages reserved after the first.
+        for i in 0..1000u32 {
+            idx.append(i64::from(i) * 10, i * 4096).unwrap();
+        }
+        assert_eq!(descriptors_on(&path), 0, "after appends");
+        assert_eq!(idx.lookup(9995), (9990, 999 * 4096));
+        idx.seal().unwrap();
+        assert_eq!(descriptors_on(&path), 0, "sealed");
+        drop(idx);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8000);
+        let (idx, ok) = OffsetIndex::open(&path, 0, 1 << 20, false, false).unwrap();
+        assert!(ok);
+        assert_eq!(descriptors_on(&path), 0, "reopened");
+        assert_eq!(idx.lookup(5005), (5000, 500 * 4096));
+    }
 
     #[test]
     fn offset_index_lookup_finds_floor_entry_and_survives_reopen() {

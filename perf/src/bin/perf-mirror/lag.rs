@@ -51,6 +51,7 @@ pub fn run_lag(args: &Args) -> anyhow::Result<()> {
             cpu: Some(source_cpu),
             sink_topic: None,
             port: 0,
+            ..SourceOptions::default()
         },
     )?;
     let root = tempdir_in(&work_dir, "ringmirror-perf-lag")?;
@@ -127,6 +128,7 @@ fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f
             cpu: Some(source_cpu),
             sink_topic: None,
             port: 0,
+            ..SourceOptions::default()
         },
     )?;
     let root = tempdir_in(work_dir, "ringmirror-perf-max")?;

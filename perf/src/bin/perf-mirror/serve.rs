@@ -249,6 +249,7 @@ impl Harness<'_> {
                         // consumer never fetches.
                         sink_topic: Some(SINK_TOPIC.into()),
                         port: 0,
+                        ..SourceOptions::default()
                     },
                 )?;
                 let addr = source.addr().to_string();

@@ -240,6 +240,7 @@ impl Harness<'_> {
                 cpu: Some(self.source_cpu),
                 sink_topic: Some(SINK_TOPIC.into()),
                 port: 0,
+                ..SourceOptions::default()
             },
         )?)
     }
