@@ -24,6 +24,7 @@ fn core(dir: &std::path::Path, state_partitions: u32) -> Core {
         catalog: CatalogHandle::new(Default::default()),
         reports_dirty: false,
         event_counts: ShardEventCounts::default(),
+        reserve_budgets: Vec::new(),
         placed: Vec::new(),
     }
 }
