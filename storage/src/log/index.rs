@@ -34,9 +34,13 @@ pub(crate) struct IndexFile<const N: usize> {
     map: Option<MmapMut>,
     entries: usize,
     max_entries: usize,
-    /// Bytes from the start of the file known to be backed by disk blocks
-    /// (a whole number of pages, or the whole file where the file system
-    /// has no fallocate).
+    /// Bytes [reserved_from, reserved) of the file known to be backed by
+    /// disk blocks (whole pages, or the whole file where the file system has
+    /// no fallocate). The range starts at the page holding the end of the
+    /// entries when the file is opened: the entries' own pages are not
+    /// reserved again, since after an unclean stop the file's full length
+    /// reads as entries and reserving them would allocate the whole file.
+    reserved_from: usize,
     reserved: usize,
 }
 
@@ -62,6 +66,7 @@ impl<const N: usize> IndexFile<N> {
             map: None,
             entries,
             max_entries: max_entries.max(entries),
+            reserved_from: 0,
             reserved: 0,
         };
         if active {
@@ -102,9 +107,12 @@ impl<const N: usize> IndexFile<N> {
         Ok(())
     }
 
-    /// Grows the file to its maximum and maps it for appends. The pages
-    /// holding its entries are reserved again (a no-op where they were
-    /// written before; a truncation may have cut a page's blocks).
+    /// Grows the file to its maximum (sparsely, as Kafka's `AbstractIndex`
+    /// does with `RandomAccessFile.setLength`) and maps it for appends. Only
+    /// the page holding the end of the entries is reserved again (a
+    /// truncation may have cut its blocks); the pages before it are not
+    /// touched, and get reserved again if entries are truncated back into
+    /// them before a write there.
     fn make_active(&mut self) -> Result<()> {
         let file = self.open_file()?;
         self.make_active_with(&file)
@@ -114,6 +122,7 @@ impl<const N: usize> IndexFile<N> {
         let len = (self.max_entries * N) as u64;
         file.set_len(len).map_err(LogError::io("extend", &self.path))?;
         self.remap(file, len)?;
+        self.reserved_from = 0;
         self.reserved = 0;
         self.reserve_entries_with(file, 0)
     }
@@ -128,24 +137,45 @@ impl<const N: usize> IndexFile<N> {
         self.reserve_entries_with(&file, more)
     }
 
+    /// Where the next entry's bytes start, rounded down to its page.
+    fn write_page_start(&self) -> usize {
+        let at = self.entries.min(self.max_entries) * N;
+        at - at % PAGE_BYTES
+    }
+
     /// Whether the blocks for `more` entries are reserved already.
     fn reserved_for(&self, more: usize) -> bool {
-        (self.entries + more).min(self.max_entries) * N <= self.reserved
+        self.reserved_from <= self.write_page_start()
+            && (self.entries + more).min(self.max_entries) * N <= self.reserved
     }
 
     fn reserve_entries_with(&mut self, file: &File, more: usize) -> Result<()> {
         if self.reserved_for(more) {
             return Ok(());
         }
+        let start = self.write_page_start();
         let end = (self.entries + more).min(self.max_entries) * N;
         let file_len = self.max_entries * N;
         let to = end.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES).min(file_len);
-        self.reserved = if reserve_blocks(file, &self.path, self.reserved as u64, to as u64)? {
-            to
+        // Extend the reserved range when the write starts inside it;
+        // otherwise (opened, or entries truncated below it) start afresh at
+        // the write's page. Re-reserving backed blocks is a no-op.
+        let contiguous = self.reserved_from <= start && start <= self.reserved;
+        let (from, to) = if contiguous {
+            (self.reserved, to.max(self.reserved))
+        } else {
+            (start, to)
+        };
+        if reserve_blocks(file, &self.path, from as u64, to as u64)? {
+            if !contiguous {
+                self.reserved_from = start;
+            }
+            self.reserved = to;
         } else {
             // No fallocate here: nothing can be reserved, as for segments.
-            file_len
-        };
+            self.reserved_from = 0;
+            self.reserved = file_len;
+        }
         Ok(())
     }
 
@@ -154,6 +184,7 @@ impl<const N: usize> IndexFile<N> {
         self.flush()?;
         let len = (self.entries * N) as u64;
         self.map = None;
+        self.reserved_from = 0;
         self.reserved = 0;
         let file = self.open_file()?;
         file.set_len(len).map_err(LogError::io("trim", &self.path))?;
