@@ -418,6 +418,28 @@ mod tests {
             .count()
     }
 
+    /// A full-length index left by an unclean stop reads as entries; opening
+    /// it does not allocate their blocks, and entries truncated back below
+    /// the reserved room (a rebuild) get their page reserved again before
+    /// the next store: the invariant that keeps a full disk from a SIGBUS.
+    #[test]
+    fn reopening_a_full_length_index_reserves_only_from_the_write_page() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let max_bytes = 1 << 20;
+        std::fs::File::create(&path).unwrap().set_len(max_bytes).unwrap();
+        let (mut idx, _) = OffsetIndex::open(&path, 0, max_bytes, true, false).unwrap();
+        assert!(idx.is_full(), "a full-length file reads as entries");
+        let blocks = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(blocks() <= PAGE_BYTES as u64, "{} bytes allocated on open", blocks());
+        idx.clear();
+        assert!(!idx.file.reserved_for(1), "truncated below the reserved room");
+        idx.append(0, 0).unwrap();
+        assert_eq!((idx.file.reserved_from, idx.file.reserved), (0, PAGE_BYTES));
+        assert_eq!(blocks(), PAGE_BYTES as u64);
+    }
+
     /// As Kafka's `AbstractIndex`: an index is mapped, not held open, while
     /// active (appends past a page reserve more blocks), sealed and reopened.
     #[test]
