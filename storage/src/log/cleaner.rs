@@ -500,11 +500,31 @@ impl PartitionLog {
             if segment.next_offset <= self.first_dirty_offset {
                 continue;
             }
+            // What this segment changed in the map (key, its entry before),
+            // to undo if the map fills before the segment's end.
+            let mut undo: Vec<(Vec<u8>, Option<i64>)> = Vec::new();
+            let used_before = used;
             for item in BatchIter::new(segment.bytes(), self.config.max_batch_bytes) {
                 let (_, batch) = item?;
                 if mapped_one && used >= budget_bytes {
-                    // Entries of this segment stay: each points at a later
-                    // record of its key, which a pass never removes.
+                    // The pass cleans and checkpoints below this segment
+                    // only, so no record of it may hide an older one yet:
+                    // its entries go, as if it had never been read. Kafka's
+                    // `Cleaner.doClean` likewise cleans up to
+                    // `offsetMap.latestOffset + 1`, the end of what it mapped
+                    // (`buildOffsetMap`), and `shouldRetainRecord` keeps the records
+                    // past it.
+                    for (key, before) in undo.into_iter().rev() {
+                        match before {
+                            Some(offset) => {
+                                map.insert(key, offset);
+                            }
+                            None => {
+                                map.remove(&key);
+                            }
+                        }
+                    }
+                    used = used_before;
                     tracing::info!(dir = %self.dir.display(), keys = map.len(), bytes = used, end = base,
                         "log cleaner's offset map is full: this pass cleans below the segment it reached");
                     return Ok((map, *base));
@@ -520,8 +540,12 @@ impl PartitionLog {
                 for record in records {
                     if let Some(key) = record.key {
                         let key_bytes = key.len() as u64;
-                        if map.insert(key, record.offset).is_none() {
+                        let before = map.insert(key.clone(), record.offset);
+                        if before.is_none() {
                             used += key_bytes + OFFSET_MAP_ENTRY_BYTES;
+                        }
+                        if mapped_one {
+                            undo.push((key, before));
                         }
                     }
                 }
