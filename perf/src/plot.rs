@@ -96,56 +96,54 @@ fn three_figures(v: f64) -> String {
 /// Cumulative distributions, one line per `(label, points)`; each point is
 /// `(milliseconds, fraction of batches at or below it)`. The x axis is logarithmic.
 pub fn cdf(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -> anyhow::Result<()> {
-    font()?;
     let values = || series.iter().flat_map(|(_, points)| points.iter().map(|(ms, _)| *ms));
     let low = values().fold(f64::INFINITY, f64::min).max(0.001);
     let high = values().fold(0.0, f64::max).max(low * 10.0);
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 20))
-        .margin(12)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d((low..high).log_scale(), 0.0..1.0)?;
-    chart
-        .configure_mesh()
-        .x_desc("lag, ms (availability at the source to commit)")
-        .y_desc("fraction of batches")
-        .label_style((FONT, 13))
-        .draw()?;
-    for (i, (label, points)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present().with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    let axes = LogXAxes {
+        desc: ("lag, ms (availability at the source to commit)", "fraction of batches"),
+        x: low..high,
+        y: 0.0..1.0,
+        legend: SeriesLabelPosition::LowerRight,
+        markers: false,
+    };
+    log_x_lines(path, title, &axes, series)
 }
 
 /// Lines of `(x, y)` points, one per `(label, points)`, with a
 /// logarithmic x axis (e.g. RSS against the partition count).
-pub fn lines(
-    path: &Path,
-    title: &str,
-    (x_desc, y_desc): (&str, &str),
-    series: &[(String, Vec<(f64, f64)>)],
-) -> anyhow::Result<()> {
-    font()?;
+pub fn lines(path: &Path, title: &str, desc: (&str, &str), series: &[(String, Vec<(f64, f64)>)]) -> anyhow::Result<()> {
     let xs = || series.iter().flat_map(|(_, points)| points.iter().map(|(x, _)| *x));
     let ys = || series.iter().flat_map(|(_, points)| points.iter().map(|(_, y)| *y));
     let low = xs().fold(f64::INFINITY, f64::min).max(1.0);
     let high = xs().fold(0.0, f64::max).max(low * 2.0);
     let top = ys().fold(0.0, f64::max).max(1e-9) * 1.1;
+    let axes = LogXAxes {
+        desc,
+        x: low * 0.8..high * 1.25,
+        y: 0.0..top,
+        legend: SeriesLabelPosition::UpperLeft,
+        markers: true,
+    };
+    log_x_lines(path, title, &axes, series)
+}
+
+/// The axes of a line chart with a logarithmic x axis.
+struct LogXAxes<'a> {
+    desc: (&'a str, &'a str),
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    legend: SeriesLabelPosition,
+    /// A dot at each point as well as the line.
+    markers: bool,
+}
+
+fn log_x_lines(
+    path: &Path,
+    title: &str,
+    axes: &LogXAxes<'_>,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    font()?;
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -153,11 +151,11 @@ pub fn lines(
         .margin(12)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d((low * 0.8..high * 1.25).log_scale(), 0.0..top)?;
+        .build_cartesian_2d(axes.x.clone().log_scale(), axes.y.clone())?;
     chart
         .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
+        .x_desc(axes.desc.0)
+        .y_desc(axes.desc.1)
         .label_style((FONT, 13))
         .draw()?;
     for (i, (label, points)) in series.iter().enumerate() {
@@ -166,11 +164,13 @@ pub fn lines(
             .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
             .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        if axes.markers {
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        }
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(axes.legend.clone())
         .label_font((FONT, 14))
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
