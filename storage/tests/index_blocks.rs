@@ -5,10 +5,11 @@
 //! `segment.index.bytes` (10 MiB each by default), after a clean close and
 //! after an unclean stop with recovery alike.
 
+mod common;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use ringmirror_storage::batch::{BatchBuilder, BuildRecord};
 use ringmirror_storage::log::{LogConfig, OpenOptions, PartitionLog};
 
 const T0_MS: u64 = 1_700_000_000_000;
@@ -16,16 +17,7 @@ const T0_MS: u64 = 1_700_000_000_000;
 const MAX_INDEX_DISK: u64 = 1024 * 1024;
 
 fn batch(base_offset: i64) -> Vec<u8> {
-    BatchBuilder {
-        base_offset,
-        records: vec![BuildRecord {
-            timestamp: T0_MS as i64 + base_offset,
-            value: Some(vec![base_offset as u8; 8 * 1024]),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-    .build()
+    common::one_record_batch(base_offset, T0_MS, 8 * 1024)
 }
 
 fn open(dir: &Path, clean_shutdown: bool) -> PartitionLog {

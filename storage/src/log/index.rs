@@ -179,9 +179,11 @@ impl<const N: usize> IndexFile<N> {
         Ok(())
     }
 
-    /// Trims the file to its entries and flushes it (segment sealed or log closed).
+    /// Trims the file to its entries and maps it read-only (segment sealed
+    /// or log closed). It does not flush: entries written through the old
+    /// mapping stay dirty in the page cache until the file is flushed first
+    /// or fsynced later (a background flush after a roll).
     fn seal(&mut self) -> Result<()> {
-        self.flush()?;
         let len = (self.entries * N) as u64;
         self.map = None;
         self.reserved_from = 0;
@@ -300,8 +302,12 @@ impl<const N: usize> SparseIndex<N> {
     pub(crate) fn entries(&self) -> usize {
         self.file.len()
     }
+    /// Trims and maps read-only, without flushing ([`IndexFile::seal`]).
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.file.seal()
+    }
+    pub(crate) fn path(&self) -> &Path {
+        &self.file.path
     }
     pub(crate) fn make_active(&mut self) -> Result<()> {
         self.file.make_active()

@@ -17,6 +17,7 @@
 //! is served; after a crash only the longest valid prefix survives.
 
 mod async_append;
+mod background_flush;
 mod checkpoint;
 mod cleaner;
 mod cleaner_checkpoint;

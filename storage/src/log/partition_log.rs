@@ -18,6 +18,7 @@ use crate::batch::{
 };
 
 use super::async_append::InFlightWrites;
+use super::background_flush::UnflushedSegments;
 use super::checkpoint::{read_partition_metadata, topic_id_to_string, write_partition_metadata};
 use super::config::LogConfig;
 use super::epoch_cache::LeaderEpochCache;
@@ -153,6 +154,9 @@ pub struct PartitionLog {
     /// the append rate its step follows.
     reserve_budget: Arc<ReserveBudget>,
     append_rate: AppendRate,
+    /// Rolled segments whose background flush has not completed: the
+    /// recovery point moves past them only once it has.
+    unflushed: UnflushedSegments,
 }
 
 impl PartitionLog {
@@ -185,6 +189,7 @@ impl PartitionLog {
             writes: InFlightWrites::default(),
             reserve_budget: Arc::new(ReserveBudget::new(opts.config.preallocate_bytes)),
             append_rate: AppendRate::since(opts.now_ms),
+            unflushed: UnflushedSegments::default(),
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -498,20 +503,25 @@ impl PartitionLog {
         self.log_start_offset = offset;
         self.next_offset = offset;
         self.recovery_point = offset;
+        self.unflushed.forget_progress();
         fsync_dir(&self.dir)
     }
 
-    /// Seals the active segment and starts a new one at `base`.
+    /// Seals the active segment and starts a new one at `base`. The sealed
+    /// segment, the producer snapshot and the directory are synced in the
+    /// background (see `background_flush`), as Kafka's `UnifiedLog.roll`
+    /// leaves them to its scheduler: the appending thread does not wait for
+    /// a whole segment's write-back.
     fn roll(&mut self, base: i64) -> Result<()> {
-        self.active_mut().seal()?;
+        self.active_mut().seal_unflushed()?;
         self.epochs.persist()?;
-        self.producers.write_snapshot(&self.dir, base)?;
-        // The sealed segment and all before it are on disk now.
-        self.recovery_point = self.next_offset;
+        let snapshot = self.producers.write_snapshot_unsynced(&self.dir, base)?;
+        let sealed = self.active().sealed_files(Some(snapshot));
         let (segment, _) = Segment::open(&self.dir, base, &self.config, true, true)?;
         self.segments.insert(base, segment);
         tracing::debug!(dir = %self.dir.display(), base, "rolled segment");
-        fsync_dir(&self.dir)
+        self.unflushed.flush_in_background(&self.dir, sealed);
+        Ok(())
     }
 
     /// Rolls first if a batch of `size` bytes ending at `last_offset` does
@@ -935,7 +945,8 @@ impl PartitionLog {
         if self.next_offset < self.log_start_offset {
             return self.truncate_fully_and_start_at(offset);
         }
-        self.recovery_point = self.recovery_point.min(self.next_offset);
+        self.recovery_point = self.recovery_point().min(self.next_offset);
+        self.unflushed.forget_progress();
         self.lower_first_dirty_offset()?;
         self.epochs.truncate_from_end(self.next_offset);
         self.epochs.persist()?;
@@ -1053,6 +1064,7 @@ impl PartitionLog {
 
     /// Writes everything appended so far to disk and advances the recovery point.
     pub fn flush(&mut self, now_ms: u64) -> Result<()> {
+        self.unflushed.sync_now(&self.dir)?;
         self.active_mut().flush()?;
         self.epochs.persist()?;
         self.recovery_point = self.next_offset;
@@ -1097,8 +1109,10 @@ impl PartitionLog {
     pub fn log_end_offset(&self) -> i64 {
         self.next_offset
     }
+    /// Everything below is on disk: what flushes, recovery and completed
+    /// background flushes of rolled segments established.
     pub fn recovery_point(&self) -> i64 {
-        self.recovery_point
+        self.recovery_point.max(self.unflushed.flushed_to())
     }
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(Segment::size).sum()

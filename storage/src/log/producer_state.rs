@@ -10,7 +10,7 @@
 //! coordinator epoch i32, current txn first offset i64 or -1).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::batch::{ControlRecord, ControlType, NO_PRODUCER_ID, RecordBatch};
 
@@ -285,6 +285,16 @@ impl ProducerState {
     /// Writes `<offset>.snapshot` durably.
     pub(crate) fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<()> {
         write_atomically(&offset_file(dir, offset, SNAPSHOT_SUFFIX), &self.encode_snapshot())
+    }
+
+    /// Writes the snapshot at `offset` without syncing it (a roll: the
+    /// background flush syncs it with the sealed segment). A crash before
+    /// that may leave it torn or empty, and loading skips a torn snapshot
+    /// for an older one. Returns its path.
+    pub(crate) fn write_snapshot_unsynced(&self, dir: &Path, offset: i64) -> Result<PathBuf> {
+        let path = offset_file(dir, offset, SNAPSHOT_SUFFIX);
+        std::fs::write(&path, self.encode_snapshot()).map_err(LogError::io("write", &path))?;
+        Ok(path)
     }
 
     /// Loads the newest readable snapshot at or below `max_offset`, deleting

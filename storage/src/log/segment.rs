@@ -19,6 +19,7 @@ use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use crate::batch::{BATCH_HEADER_BYTES, BatchIter, RecordBatch};
 
+use super::background_flush::SealedFiles;
 use super::config::LogConfig;
 use super::error::{LogError, Result};
 use super::files::{
@@ -583,11 +584,25 @@ impl Segment {
     }
 
     /// Makes this segment read-only: final time-index entry, flush, trim the
-    /// file and index files to their contents.
+    /// file and index files to their contents, and sync the trim.
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.time_index
             .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
         self.flush()?;
+        if self.seal_unflushed()? {
+            self.file.sync_all().map_err(LogError::io("fsync", &self.log_path))?;
+        }
+        Ok(())
+    }
+
+    /// Makes this segment read-only without waiting for its bytes to reach
+    /// the disk: final time-index entry, trim the file and index files to
+    /// their contents. What was written stays dirty in the page cache until
+    /// [`sealed_files`](Self::sealed_files) are synced. Returns whether the
+    /// file was trimmed.
+    pub(crate) fn seal_unflushed(&mut self) -> Result<bool> {
+        self.time_index
+            .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
         if let SegmentData::Active { .. } = self.data {
             self.data = SegmentData::Sealed { map: None };
         }
@@ -596,15 +611,32 @@ impl Segment {
             .metadata()
             .map_err(LogError::io("stat", &self.log_path))?
             .len();
-        if file_len != self.size {
+        let trim = file_len != self.size;
+        if trim {
             self.file
                 .set_len(self.size)
                 .map_err(LogError::io("trim", &self.log_path))?;
-            self.file.sync_all().map_err(LogError::io("fsync", &self.log_path))?;
         }
         self.map_sealed(self.size)?;
         self.index.seal()?;
-        self.time_index.seal()
+        self.time_index.seal()?;
+        Ok(trim)
+    }
+
+    /// What a background flush of this (sealed) segment must sync, with the
+    /// producer snapshot its roll wrote.
+    pub(crate) fn sealed_files(&self, snapshot: Option<PathBuf>) -> SealedFiles {
+        SealedFiles {
+            log: Arc::clone(&self.file),
+            log_path: self.log_path.clone(),
+            indexes: [
+                self.index.path().to_owned(),
+                self.time_index.path().to_owned(),
+                self.txn_index.path().to_owned(),
+            ],
+            snapshot,
+            end_offset: self.next_offset,
+        }
     }
 
     /// Turns a sealed segment (the last one left after truncation or

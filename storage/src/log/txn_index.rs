@@ -137,6 +137,10 @@ impl TxnIndex {
         Ok(())
     }
 
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     pub(crate) fn delete(self) -> Result<()> {
         remove_if_exists(&self.path)
     }

@@ -116,7 +116,10 @@ fn agent_config(args: &Args, data_dir: &Path, source: &SyntheticSource) -> anyho
 
 /// The maximum rate, bytes/s: the agent mirrors `--size-mb` over `--partitions` from a source
 /// that has it all at once, timed from the source's first Fetch until it saw every partition
-/// fetched at its end (the throughput scenarios' window).
+/// fetched at its end (the throughput scenarios' window). Only a dataset several times what the
+/// page cache takes before write-back throttles writers (`vm.dirty_ratio`) gives the rate the
+/// disk sustains; a smaller one gives a burst rate that a steady append at half of it may
+/// still outrun.
 fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f64> {
     let size = args.size_mb << 20;
     anyhow::ensure!(free_bytes(work_dir)? > size + (2 << 30), "not enough free disk");
@@ -148,5 +151,8 @@ fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f
     agent.stop()?;
     source.stop();
     let _ = std::fs::remove_dir_all(&root);
+    // The run's write-back must not spill into the lag phase.
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
     Ok(dataset.total_bytes() as f64 / window.as_secs_f64())
 }
