@@ -23,10 +23,18 @@ impl Core {
         self.by_tp.get(&(mirror.to_owned(), tp.clone())).cloned()
     }
 
-    pub(super) fn on_event(&mut self, event: ShardEvent) {
+    /// Handles one event; returns whether it was a state event (one that
+    /// the published reports must show at once).
+    pub(super) fn on_event(&mut self, event: ShardEvent) -> bool {
         match event {
-            ShardEvent::State(event) => self.on_state_event(event),
-            ShardEvent::Telemetry(event) => self.on_telemetry(event),
+            ShardEvent::State(event) => {
+                self.on_state_event(event);
+                true
+            }
+            ShardEvent::Telemetry(event) => {
+                self.on_telemetry(event);
+                false
+            }
         }
     }
 

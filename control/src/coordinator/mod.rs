@@ -58,6 +58,18 @@ use sync_round::MirrorMetadataManager;
 
 /// How often the loop wakes without a call or an event (stop flag, timers).
 const TICK: Duration = Duration::from_millis(50);
+/// After a wake for measurements alone, events are taken in again only
+/// this much later, all at once: each wake of this executor costs more
+/// than handling an event (its reactor, a cross-core barrier), and caught-up
+/// partitions send progress after every Fetch response (thousands a second
+/// at a steady rate). State events wait at most this long too.
+const TELEMETRY_COALESCE: Duration = Duration::from_millis(10);
+/// Measurements alone (offsets, counters) are republished at most this
+/// often: a caught-up partition reports progress after every Fetch
+/// response, and rebuilding every mirror's report for each cost a core's
+/// tenth on its own at a few thousand responses a second. State changes
+/// are published at once.
+const TELEMETRY_REPUBLISH: Duration = Duration::from_millis(100);
 /// Retry backoff after a failed metadata round, doubling up to the refresh interval.
 const SYNC_RETRY_MIN: Duration = Duration::from_millis(200);
 /// Doublings of the metadata round's retry backoff at most: keeps the
@@ -176,6 +188,8 @@ impl MirrorCoordinator {
                     reports,
                     catalog,
                     reports_dirty: true,
+                    telemetry_dirty: false,
+                    published_at: Instant::now(),
                     event_counts,
                     reserve_budgets,
                     placed: Vec::new(),
@@ -289,7 +303,11 @@ struct Core {
     listener_conn: Option<Connection>,
     reports: Arc<MirrorReportsHandle>,
     catalog: Arc<CatalogHandle>,
+    /// A state changed since the reports were last published.
     reports_dirty: bool,
+    /// Only measurements changed since (published within [`TELEMETRY_REPUBLISH`]).
+    telemetry_dirty: bool,
+    published_at: Instant,
     event_counts: ShardEventCounts,
     reserve_budgets: Vec<Arc<ReserveBudget>>,
     /// Partitions their shard placed while PREPARING, to be recorded
@@ -432,6 +450,8 @@ impl Core {
         self.reports.publish(Arc::new(self.mirror_reports()));
         // Calls taken in while a round ran, answered before any new one.
         let received: RefCell<VecDeque<AdminCall>> = RefCell::default();
+        // Set after a wake that brought only telemetry (TELEMETRY_COALESCE).
+        let mut events_quiet_until: Option<Instant> = None;
         while !stop.load(Ordering::Acquire) {
             // A source that stopped answering holds a round for its I/O
             // timeouts; a failover must not wait behind that.
@@ -447,9 +467,11 @@ impl Core {
                 let _ = done.send(());
             }
             self.retry_failed();
-            if self.reports_dirty {
+            if self.reports_dirty || (self.telemetry_dirty && self.published_at.elapsed() >= TELEMETRY_REPUBLISH) {
                 self.reports.publish(Arc::new(self.mirror_reports()));
                 self.reports_dirty = false;
+                self.telemetry_dirty = false;
+                self.published_at = Instant::now();
             }
             let queued = received.borrow_mut().pop_front();
             let wake = futures_lite::future::or(
@@ -465,6 +487,9 @@ impl Core {
                 },
                 futures_lite::future::or(
                     async {
+                        if let Some(until) = events_quiet_until.take() {
+                            glommio::timer::sleep(until.saturating_duration_since(Instant::now())).await;
+                        }
                         match events.recv().await {
                             Some(event) => Wake::Event(event),
                             None => futures_lite::future::pending().await,
@@ -495,12 +520,17 @@ impl Core {
                     self.reports_dirty = true;
                 }
                 Wake::Event(event) => {
-                    self.on_event(event);
+                    let mut state_changed = self.on_event(event);
                     while let Some(event) = events.try_recv() {
-                        self.on_event(event);
+                        state_changed |= self.on_event(event);
                     }
                     self.record_placed();
-                    self.reports_dirty = true;
+                    if state_changed {
+                        self.reports_dirty = true;
+                    } else {
+                        self.telemetry_dirty = true;
+                        events_quiet_until = Some(Instant::now() + TELEMETRY_COALESCE);
+                    }
                 }
                 Wake::Tick => {}
             }

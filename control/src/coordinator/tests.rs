@@ -23,6 +23,8 @@ fn core(dir: &std::path::Path, state_partitions: u32) -> Core {
         reports: Arc::default(),
         catalog: CatalogHandle::new(Default::default()),
         reports_dirty: false,
+        telemetry_dirty: false,
+        published_at: std::time::Instant::now(),
         event_counts: ShardEventCounts::default(),
         reserve_budgets: Vec::new(),
         placed: Vec::new(),
