@@ -3,7 +3,9 @@
 //! point moves to the roll's base offset once the flusher has synced the
 //! sealed segment, its indexes and the roll's producer snapshot, and not
 //! before; a clean flush syncs whatever is pending itself; a log cut below
-//! a rolled segment is not moved back up by that segment's flush.
+//! a rolled segment is not moved back up by that segment's flush. Every
+//! 8 MiB appended to the active segment are handed to the kernel's
+//! write-back early, so they do not wait for the roll.
 //!
 //! Dirty pages are read per file with `cachestat(2)` (Linux 6.5+).
 
@@ -58,10 +60,16 @@ struct CacheStat {
 
 /// Dirty pages of the file at `path` (the whole file).
 fn dirty_pages(path: &Path) -> u64 {
+    dirty_pages_in(path, 0, 0)
+}
+
+/// Dirty pages of the file at `path` in [offset, offset + len); `len` 0
+/// means to the end.
+fn dirty_pages_in(path: &Path, offset: u64, len: u64) -> u64 {
     // cachestat(2) is system call 451 on every architecture (Linux 6.5).
     const SYS_CACHESTAT: libc::c_long = 451;
     let file = File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let range = [0u64, 0u64]; // offset 0, length 0: to the end
+    let range = [offset, len];
     let mut stat = CacheStat::default();
     // SAFETY: both pointers are to live values of the layouts the call takes.
     let rc = unsafe {
@@ -179,4 +187,48 @@ fn a_cut_below_a_rolled_segment_is_not_moved_back_up_by_its_flush() {
         log.recovery_point(),
         log.log_end_offset()
     );
+}
+
+#[test]
+fn every_8_mib_of_the_active_segment_are_written_back_without_a_flush() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 64 * MIB,
+        ..LogConfig::default()
+    };
+    let (mut log, _) = PartitionLog::open(OpenOptions {
+        now_ms: T0_MS,
+        ..OpenOptions::new(dir.path(), config)
+    })
+    .expect("open log");
+    // Past the first 8 MiB by a little: one write-behind request covers
+    // [0, ~8 MiB); the bytes after it are left to the roll.
+    let mut written = 0u64;
+    while written < 8 * MIB + 512 * 1024 {
+        let offset = log.log_end_offset();
+        let batch = batch(offset);
+        written += batch.len() as u64;
+        log.append(&batch, T0_MS).expect("append");
+    }
+    assert_eq!(log.segment_base_offsets(), vec![0], "one active segment");
+    let path = segment_file(&log, 0, "log");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let dirty = dirty_pages_in(&path, 0, 8 * MIB - 64 * 1024);
+        if dirty == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{dirty} pages of the first 8 MiB still dirty: no write-behind"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        dirty_pages_in(&path, 8 * MIB + 64 * 1024, 0) > 0,
+        "the bytes after the last write-behind request stay dirty until the roll"
+    );
+    assert_eq!(log.recovery_point(), 0, "write-behind does not move the recovery point");
 }

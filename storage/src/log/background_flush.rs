@@ -6,6 +6,15 @@
 //! `UnifiedLog.roll` writes the snapshot unsynced and schedules
 //! `flushUptoOffsetExclusive` (with the snapshot's flush) on its scheduler.
 //!
+//! The same thread starts write-back early: every [`WRITE_BEHIND_BYTES`]
+//! appended to an active segment, it asks the kernel to start writing them
+//! (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not wait for the
+//! disk). Otherwise a 1 GiB segment's bytes would sit dirty until its roll
+//! and then flood the disk at once, and appends meeting that flood waited
+//! tens of milliseconds (perf/RESULTS.md, "Lag at half the sustained
+//! maximum"). Nothing about durability changes: only the roll's fsync moves
+//! the recovery point.
+//!
 //! Until a flush completes, the recovery point stays where it was, so a
 //! crash rescans those segments; a clean [`PartitionLog::flush`] syncs
 //! whatever is still pending itself. A shard appending at hundreds of MB/s
@@ -77,6 +86,19 @@ impl Default for UnflushedSegments {
     }
 }
 
+/// Bytes appended to an active segment between two write-behind requests.
+pub(super) const WRITE_BEHIND_BYTES: u64 = 8 << 20;
+
+enum Job {
+    Flush(FlushJob),
+    /// Start writing `file`'s bytes in [from, to) back to the disk.
+    WriteBehind {
+        file: Arc<File>,
+        from: u64,
+        to: u64,
+    },
+}
+
 struct FlushJob {
     dir: PathBuf,
     /// Every sealed segment not yet known flushed, oldest first: a job
@@ -105,9 +127,19 @@ impl UnflushedSegments {
             upto,
             flushed_to: Arc::clone(&self.flushed_to),
         };
-        if flusher().send(job).is_err() {
+        if flusher().send(Job::Flush(job)).is_err() {
             tracing::error!(dir = %dir.display(), "the log flusher thread is gone; rolled segments wait for the next flush");
         }
+    }
+
+    /// Asks the flusher to start writing `file`'s bytes in [from, to) back.
+    pub(super) fn write_behind(file: &Arc<File>, from: u64, to: u64) {
+        // A flusher gone is reported by the next roll; write-behind is only a hint.
+        let _ = flusher().send(Job::WriteBehind {
+            file: Arc::clone(file),
+            from,
+            to,
+        });
     }
 
     /// Syncs every pending sealed segment here and now (a clean flush).
@@ -133,15 +165,18 @@ impl UnflushedSegments {
 }
 
 /// The process's flusher: one thread, jobs in order.
-fn flusher() -> &'static Sender<FlushJob> {
-    static FLUSHER: OnceLock<Sender<FlushJob>> = OnceLock::new();
+fn flusher() -> &'static Sender<Job> {
+    static FLUSHER: OnceLock<Sender<Job>> = OnceLock::new();
     FLUSHER.get_or_init(|| {
-        let (tx, rx) = channel::<FlushJob>();
+        let (tx, rx) = channel::<Job>();
         std::thread::Builder::new()
             .name("log-flusher".into())
             .spawn(move || {
                 for job in rx {
-                    run(&job);
+                    match job {
+                        Job::Flush(job) => run(&job),
+                        Job::WriteBehind { file, from, to } => start_write_back(&file, from, to),
+                    }
                 }
             })
             .expect("spawn the log flusher thread");
@@ -166,5 +201,21 @@ fn run(job: &FlushJob) {
         Err(error) => {
             tracing::warn!(dir = %job.dir.display(), %error, "background flush of rolled segments failed; the recovery point stays");
         }
+    }
+}
+
+fn start_write_back(file: &File, from: u64, to: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a descriptor the job keeps open.
+    let rc = unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            from as libc::off64_t,
+            to.saturating_sub(from) as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "write-behind of an active segment failed");
     }
 }

@@ -18,7 +18,7 @@ use crate::batch::{
 };
 
 use super::async_append::InFlightWrites;
-use super::background_flush::UnflushedSegments;
+use super::background_flush::{UnflushedSegments, WRITE_BEHIND_BYTES};
 use super::checkpoint::{read_partition_metadata, topic_id_to_string, write_partition_metadata};
 use super::config::LogConfig;
 use super::epoch_cache::LeaderEpochCache;
@@ -157,6 +157,8 @@ pub struct PartitionLog {
     /// Rolled segments whose background flush has not completed: the
     /// recovery point moves past them only once it has.
     unflushed: UnflushedSegments,
+    /// Where in the active segment write-behind was last asked up to.
+    written_behind: u64,
 }
 
 impl PartitionLog {
@@ -190,6 +192,7 @@ impl PartitionLog {
             reserve_budget: Arc::new(ReserveBudget::new(opts.config.preallocate_bytes)),
             append_rate: AppendRate::since(opts.now_ms),
             unflushed: UnflushedSegments::default(),
+            written_behind: 0,
         };
         let bases = list_offset_files(&log.dir, LOG_SUFFIX)?;
         let mut report = RecoveryReport::default();
@@ -519,6 +522,7 @@ impl PartitionLog {
         let sealed = self.active().sealed_files(Some(snapshot));
         let (segment, _) = Segment::open(&self.dir, base, &self.config, true, true)?;
         self.segments.insert(base, segment);
+        self.written_behind = 0;
         tracing::debug!(dir = %self.dir.display(), base, "rolled segment");
         self.unflushed.flush_in_background(&self.dir, sealed);
         Ok(())
@@ -564,6 +568,15 @@ impl PartitionLog {
         let mut segment = self.segments.pop_last().expect("active exists").1;
         segment.first_append_ms.get_or_insert(now_ms);
         let result = self.apply_batch_state(&mut segment, facts, epoch, size, records);
+        let written = segment.size();
+        if written < self.written_behind {
+            // The segment was cut (or is new) since.
+            self.written_behind = 0;
+        }
+        if written >= self.written_behind + WRITE_BEHIND_BYTES {
+            UnflushedSegments::write_behind(segment.file(), self.written_behind, written);
+            self.written_behind = written;
+        }
         self.next_offset = segment.next_offset;
         self.segments.insert(segment.base_offset, segment);
         result
