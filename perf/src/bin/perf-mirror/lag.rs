@@ -6,13 +6,14 @@
 //! `--rate-fraction`, a first phase measures the maximum rate the same way
 //! (the agent in this process, the whole dataset available at once).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringmirror::agent::Agent;
 use ringmirror::config::AgentConfig;
 use ringmirror_dataplane::fetch::{ShardEvent, TelemetryEvent};
+use ringmirror_perf::dataset::Dataset;
 use ringmirror_perf::procstat;
 use ringmirror_perf::synthetic_source::{SourceOptions, SyntheticSource};
 
@@ -28,12 +29,17 @@ pub fn run_lag(args: &Args) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let source_cpu = args.source_cpu.unwrap_or(cpus - 1);
     let work_dir = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let max_rate = match args.rate_fraction {
+    // The maximum phase's dataset and files are freed only after the lag
+    // phase: freeing GiBs just before it made this VM's free-page reporting
+    // stall allocations (the page cache's among them) for ~100 ms every
+    // ~2.4 s for about a minute (perf/RESULTS.md).
+    let (max_rate, _max_phase) = match args.rate_fraction {
         Some(fraction) => {
             anyhow::ensure!(fraction > 0.0 && fraction <= 1.0, "--rate-fraction must be in (0, 1]");
-            Some(max_rate(args, source_cpu, &work_dir)?)
+            let (rate, leftovers) = max_rate(args, source_cpu, &work_dir)?;
+            (Some(rate), Some(leftovers))
         }
-        None => None,
+        None => (None, None),
     };
     let rate = match (max_rate, args.rate_fraction) {
         (Some(max), Some(fraction)) => max * fraction,
@@ -114,13 +120,25 @@ fn agent_config(args: &Args, data_dir: &Path, source: &SyntheticSource) -> anyho
     ))
 }
 
-/// The maximum rate, bytes/s: the agent mirrors `--size-mb` over `--partitions` from a source
-/// that has it all at once, timed from the source's first Fetch until it saw every partition
-/// fetched at its end (the throughput scenarios' window). Only a dataset several times what the
-/// page cache takes before write-back throttles writers (`vm.dirty_ratio`) gives the rate the
-/// disk sustains; a smaller one gives a burst rate that a steady append at half of it may
-/// still outrun.
-fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f64> {
+/// What the maximum phase leaves: its dataset and its data directory (removed on drop).
+struct MaxPhaseLeftovers {
+    _dataset: Arc<Dataset>,
+    root: PathBuf,
+}
+
+impl Drop for MaxPhaseLeftovers {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The maximum rate, bytes/s, to disk: the agent mirrors `--size-mb` over `--partitions` from a
+/// source that has it all at once, timed from the source's first Fetch until it saw every
+/// partition fetched at its end (the throughput scenarios' window) and then a `sync` of
+/// everything written returned. Without the sync, the rate is the page cache's burst while
+/// GiBs fit in it before write-back throttles writers (`vm.dirty_ratio`), which a steady append
+/// at half of it can outrun; with it, the rate is what the disk sustains.
+fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<(f64, MaxPhaseLeftovers)> {
     let size = args.size_mb << 20;
     anyhow::ensure!(free_bytes(work_dir)? > size + (2 << 30), "not enough free disk");
     let dataset = Arc::new(args.dataset(args.partitions, size / args.partitions.max(1) as u64, 0x3a7));
@@ -137,9 +155,9 @@ fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f
     let root = tempdir_in(work_dir, "ringmirror-perf-max")?;
     let agent = Agent::start(agent_config(args, &root.join("data"), &source)?)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
-    let window = loop {
-        if let (Some(first), Some(done)) = (source.first_fetch(), source.caught_up()) {
-            break done.saturating_duration_since(first);
+    let first = loop {
+        if let (Some(first), Some(_)) = (source.first_fetch(), source.caught_up()) {
+            break first;
         }
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -148,11 +166,18 @@ fn max_rate(args: &Args, source_cpu: usize, work_dir: &Path) -> anyhow::Result<f
         );
         std::thread::sleep(Duration::from_millis(1));
     };
-    agent.stop()?;
-    source.stop();
-    let _ = std::fs::remove_dir_all(&root);
-    // The run's write-back must not spill into the lag phase.
+    // Also keeps the run's write-back from spilling into the lag phase.
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
-    Ok(dataset.total_bytes() as f64 / window.as_secs_f64())
+    let window = first.elapsed();
+    agent.stop()?;
+    source.stop();
+    let rate = dataset.total_bytes() as f64 / window.as_secs_f64();
+    Ok((
+        rate,
+        MaxPhaseLeftovers {
+            _dataset: dataset,
+            root,
+        },
+    ))
 }

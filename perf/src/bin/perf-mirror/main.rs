@@ -186,8 +186,8 @@ struct Args {
     #[arg(long, default_value_t = 50.0)]
     rate_mb_s: f64,
     /// Lag: append at this fraction of the maximum rate instead of `--rate-mb-s`; the maximum is
-    /// measured first in the same run (the agent mirroring `--size-mb` as fast as it can: give
-    /// it several GiB for the rate the disk sustains rather than the page cache's burst).
+    /// measured first in the same run (the agent mirroring `--size-mb` as fast as it can, timed
+    /// until a sync of what it wrote returned: the rate the disk sustains, not the page cache's).
     #[arg(long)]
     rate_fraction: Option<f64>,
     /// Lag: how long to append.

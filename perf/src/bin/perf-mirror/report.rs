@@ -366,7 +366,7 @@ pub fn print_lag(
     if let (Some(max), Some(fraction)) = (max_rate, args.rate_fraction) {
         println!(
             "The rate is {fraction} of the maximum, {:.0} MB/s, measured first in this run (the agent mirroring {} MiB \
-             as fast as it can).",
+             as fast as it can, timed until a sync of what it wrote returned).",
             max / 1e6,
             args.size_mb
         );
