@@ -18,7 +18,8 @@
 //! * Two modes: a fixed dataset (everything available from the start) or a
 //!   steady append rate (`rate_bytes_per_s`): the clock starts at the first
 //!   Fetch request, and batch `i` of a partition becomes available once the
-//!   partition's share of the rate has "written" its last byte. Each batch's
+//!   partition's share of the rate has "written" its last byte, the
+//!   partitions' phases spread over a batch interval. Each batch's
 //!   availability time is known exactly ([`SyntheticSource::available_at`]),
 //!   which is what the lag measurement compares commit times against.
 
@@ -268,10 +269,17 @@ impl Shared {
             .map(|r| r / self.dataset.partitions.len() as f64)
     }
 
-    /// Nanoseconds after t0 at which the byte at `end_pos` of a partition
-    /// has been appended (the first `head_bytes` at t0).
-    fn appended_after_ns(&self, rate_per_partition: f64, end_pos: usize) -> u64 {
-        let appended = end_pos.saturating_sub(self.options.head_bytes);
+    /// Nanoseconds after t0 at which the byte at `end_pos` of `partition`
+    /// has been appended (the first `head_bytes` at t0). Partition `p` of
+    /// `n` runs `p / n` of a batch ahead of partition 0, so the partitions'
+    /// batches arrive spread over each batch interval, a steady stream as
+    /// producers spread over a topic make it, not all partitions' batch `i`
+    /// at one instant (1 000 partitions' batches in one burst).
+    fn appended_after_ns(&self, partition: usize, rate_per_partition: f64, end_pos: usize) -> u64 {
+        let partitions = &self.dataset.partitions;
+        let batch_len = partitions[partition].batches.first().map_or(0, |b| b.len);
+        let phase = partition * batch_len / partitions.len();
+        let appended = end_pos.saturating_sub(self.options.head_bytes).saturating_sub(phase);
         (appended as f64 * 1e9 / rate_per_partition).ceil() as u64
     }
 
@@ -285,7 +293,7 @@ impl Shared {
         };
         let Some(t0) = self.t0.get() else { return 0 };
         let elapsed = now.saturating_duration_since(*t0).as_nanos() as u64;
-        batches.partition_point(|b| self.appended_after_ns(rate, b.end_pos()) <= elapsed)
+        batches.partition_point(|b| self.appended_after_ns(partition, rate, b.end_pos()) <= elapsed)
     }
 
     fn available_at(&self, partition: usize, index: usize) -> Option<Instant> {
@@ -293,7 +301,7 @@ impl Shared {
         let Some(rate) = self.rate_per_partition() else {
             return self.first_fetch.get().copied();
         };
-        Some(*self.t0.get()? + Duration::from_nanos(self.appended_after_ns(rate, batch.end_pos())))
+        Some(*self.t0.get()? + Duration::from_nanos(self.appended_after_ns(partition, rate, batch.end_pos())))
     }
 
     /// The high watermark of `partition` at `now`.

@@ -110,11 +110,21 @@ fn rate_mode_makes_batches_available_over_time() {
     assert_eq!(shared.available(0, t0 + Duration::from_micros(2500)), 2);
     let at = source.available_at(0, 4).unwrap();
     assert_eq!(at - t0, Duration::from_millis(5));
+    // The second of two partitions runs half a batch interval ahead: the
+    // partitions' batches arrive spread out, not in one burst.
+    // (Half of partition 1's first batch, which is a few bytes off the mean.)
+    let ahead = source.available_at(0, 4).unwrap() - source.available_at(1, 4).unwrap();
+    assert!(
+        ahead > Duration::from_micros(495) && ahead < Duration::from_micros(505),
+        "partition 1 ahead by {ahead:?}, not half of 1 ms"
+    );
     // Available exactly from its availability time on, never a nanosecond later.
-    for i in 0..d.partitions[0].batches.len() {
-        let at = source.available_at(0, i).unwrap();
-        assert_eq!(shared.available(0, at), i + 1);
-        assert_eq!(shared.available(0, at - Duration::from_nanos(1)), i);
+    for p in 0..d.partitions.len() {
+        for i in 0..d.partitions[p].batches.len() {
+            let at = source.available_at(p, i).unwrap();
+            assert_eq!(shared.available(p, at), i + 1);
+            assert_eq!(shared.available(p, at - Duration::from_nanos(1)), i);
+        }
     }
     source.stop();
 }
