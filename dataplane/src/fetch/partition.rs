@@ -10,6 +10,7 @@ use crate::partition::{ServedPartition, shard_for};
 use ringmirror_storage::log::{PartitionLog, TopicPartition};
 
 use super::divergence::PendingCheck;
+use super::fetcher::SessionSent;
 
 /// Identity of a mirrored partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,6 +63,8 @@ pub struct MirrorPartition {
     /// Bytes and batches appended since the partition was placed (metrics).
     pub appended_bytes: u64,
     pub appended_batches: u64,
+    /// What the fetcher's fetch session last sent for it, and which session.
+    pub(crate) session_sent: Option<SessionSent>,
 }
 
 impl MirrorPartition {
@@ -82,6 +85,7 @@ impl MirrorPartition {
             epoch_bump_reported_at: i32::MIN,
             appended_bytes: 0,
             appended_batches: 0,
+            session_sent: None,
         }
     }
 
